@@ -1,0 +1,140 @@
+"""LLM-written search anchors, as LlamaIndex query transforms (the only module that calls an LLM
+on the retrieval path).
+
+* ``HypoCaptionTransform`` (text->image): the caption the wanted image most likely has.
+* ``EnrichedAnchorTransform`` (image+text->text): the question plus at most 8 keywords a vision
+  LLM reads off the attached image.
+
+Both keep ``image_path`` (``HyDEQueryTransform`` drops it) and cache by input, so the same
+question costs one LLM call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from llama_index.core.base.llms.types import ChatMessage, ImageBlock, MessageRole, TextBlock
+from llama_index.core.indices.query.query_transform.base import BaseQueryTransform
+from llama_index.core.llms import LLM
+from llama_index.core.prompts import BasePromptTemplate
+from llama_index.core.prompts.mixin import PromptDictType
+from llama_index.core.schema import QueryBundle
+from pydantic import PrivateAttr
+
+from .prompts import ENRICHED_ANCHOR_PROMPT, HYPO_CAPTION_PROMPT
+
+
+class _CachedAnchorTransform(BaseQueryTransform):
+    """Shared caching and prompt plumbing; subclasses say how one anchor is made."""
+
+    _llm: LLM = PrivateAttr()
+    _prompt: BasePromptTemplate = PrivateAttr()
+    _cache: Dict[Tuple[str, ...], str] = PrivateAttr(default_factory=dict)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    prompt_key: str = "prompt"
+
+    def __init__(self, llm: LLM, prompt: Optional[BasePromptTemplate] = None) -> None:
+        super().__init__()
+        self._llm = llm
+        self._prompt = prompt or self.default_prompt()
+        self._cache = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def default_prompt(cls) -> BasePromptTemplate:
+        raise NotImplementedError
+
+    def _get_prompts(self) -> PromptDictType:
+        return {self.prompt_key: self._prompt}
+
+    def _update_prompts(self, prompts: PromptDictType) -> None:
+        if self.prompt_key in prompts:
+            self._prompt = prompts[self.prompt_key]
+            self._cache.clear()
+
+    def _cache_key(self, query: QueryBundle) -> Tuple[str, ...]:
+        return (self._prompt.get_template(), query.query_str, _image_fingerprint(query.image_path))
+
+    def _run(self, query_bundle: QueryBundle, metadata: Dict) -> QueryBundle:
+        key = self._cache_key(query_bundle)
+        with self._lock:
+            anchor = self._cache.get(key)
+        if anchor is None:
+            anchor = self._make_anchor(query_bundle)
+            with self._lock:
+                self._cache[key] = anchor
+        return replace(query_bundle, query_str=anchor, custom_embedding_strs=[anchor], embedding=None)
+
+    def _make_anchor(self, query: QueryBundle) -> str:
+        raise NotImplementedError
+
+
+class HypoCaptionTransform(_CachedAnchorTransform):
+    """Replace a text->image question by the caption its target image would plausibly have."""
+
+    prompt_key = "hypo_caption_prompt"
+
+    @classmethod
+    def default_prompt(cls) -> BasePromptTemplate:
+        return HYPO_CAPTION_PROMPT
+
+    def _make_anchor(self, query: QueryBundle) -> str:
+        caption = self._llm.predict(self._prompt, q=query.query_str).strip()
+        return caption or query.query_str
+
+
+class EnrichedAnchorTransform(_CachedAnchorTransform):
+    """Append to the question the keywords a vision LLM reads off the attached image."""
+
+    prompt_key = "enriched_anchor_prompt"
+
+    def __init__(self, llm: LLM, prompt: Optional[BasePromptTemplate] = None, max_keywords: int = 8) -> None:
+        super().__init__(llm, prompt)
+        self.max_keywords = max_keywords
+
+    @classmethod
+    def default_prompt(cls) -> BasePromptTemplate:
+        return ENRICHED_ANCHOR_PROMPT
+
+    def _make_anchor(self, query: QueryBundle) -> str:
+        if not query.image_path:
+            return query.query_str
+        blocks: List[Any] = [_image_block(query.image_path), TextBlock(text=self._prompt.format(q=query.query_str))]
+        reply = self._llm.chat([ChatMessage(role=MessageRole.USER, blocks=blocks)]).message.content or ""
+        keywords = parse_keywords(reply)[: self.max_keywords]
+        return " ".join([query.query_str, *keywords])
+
+
+def parse_keywords(reply: str) -> List[str]:
+    """``{"keywords": [...]}`` from a model reply, tolerating code fences and prose around it."""
+    match = re.search(r"\{.*\}", reply, re.DOTALL)
+    if match:
+        try:
+            value = json.loads(match.group(0)).get("keywords", [])
+            if isinstance(value, list):
+                return [str(k).strip() for k in value if str(k).strip()]
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    return []
+
+
+def _image_block(image_path: str) -> ImageBlock:
+    if re.match(r"^[a-z][a-z0-9+.-]*://", image_path, re.IGNORECASE):
+        return ImageBlock(url=image_path)
+    return ImageBlock(path=Path(image_path))
+
+
+def _image_fingerprint(image_path: Optional[str]) -> str:
+    """Content hash of a local image (so an edited file is a new input), else the URL itself."""
+    if not image_path:
+        return ""
+    path = Path(image_path)
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    return image_path

@@ -1,0 +1,42 @@
+"""V-Mem hyperparameters (the paper's Table 5), one object, overridable per index and per query."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class VMemConfig:
+    """Every retrieval knob, with the paper's values as defaults.
+
+    Pass one to ``VMemIndex.from_defaults(config=...)`` or override single fields per query with
+    ``index.as_retriever(k=5)``; unknown names raise instead of being ignored.
+    """
+
+    #: Reciprocal-rank-fusion constant kappa in score(r) = sum_j 1 / (kappa + rank_j(r)).
+    rrf_kappa: int = 60
+    #: Units fetched per active signal before rounds are scored (the candidate pool).
+    candidate_pool: int = 20
+    #: Rounds returned for ordinary questions.
+    k: int = 12
+    #: Rounds returned for aggregation questions, which also drop neighbours.
+    aggregation_k: int = 30
+    #: Rounds added on each side of a returned round when the context is assembled.
+    neighbor_window: int = 1
+    #: Text->image cases keep a round only if it, or a round this close, holds an image.
+    image_filter_window: int = 1
+    #: Most keywords the enriched anchor may append to the query text.
+    max_anchor_keywords: int = 8
+    #: Skip the hypo-caption on counting questions ("how many pictures ..."): no single image to describe.
+    hypo_caption_counting_gate: bool = True
+    #: Turn the aggregation branch (no neighbours, aggregation_k rounds) on or off.
+    aggregation_enabled: bool = True
+
+    def override(self, **changes: Any) -> "VMemConfig":
+        """A copy with some fields changed; ``None`` values keep the current field."""
+        known = {f.name for f in fields(self)}
+        unknown = set(changes) - known
+        if unknown:
+            raise TypeError(f"unknown VMemConfig fields: {sorted(unknown)}")
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})

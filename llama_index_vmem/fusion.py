@@ -1,0 +1,52 @@
+"""Round scoring and reciprocal-rank fusion (V-Mem Eq. 5), as plain functions.
+
+Under each signal a round takes the best score of its units; rounds are ranked per signal and
+the rankings fused by RRF, so bounded cosine and unbounded BM25 never compete on scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Sequence, Set
+
+from . import schema
+from .store.base import Hit
+
+
+@dataclass
+class FusedRound:
+    round_id: str
+    seq: int
+    score: float = 0.0
+    #: 1-based rank of this round under each signal that found it.
+    ranks: Dict[str, int] = field(default_factory=dict)
+    #: The unit that earned the round its place under each signal.
+    best_units: Dict[str, Hit] = field(default_factory=dict)
+
+
+def rank_rounds(hits: Iterable[Hit]) -> List[Hit]:
+    """One hit per round (its best unit), best first."""
+    best: Dict[str, Hit] = {}
+    for hit in hits:
+        rid = hit.payload[schema.ROUND_ID]
+        if rid not in best or hit.score > best[rid].score:
+            best[rid] = hit
+    return sorted(best.values(), key=lambda h: (-h.score, h.payload.get(schema.SEQ, 0)))
+
+
+def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int) -> List[FusedRound]:
+    """score(r) = sum over signals of 1 / (kappa + rank); ties go to the earlier round."""
+    fused: Dict[str, FusedRound] = {}
+    for signal, ranked in rankings.items():
+        for rank, hit in enumerate(ranked, start=1):
+            rid = hit.payload[schema.ROUND_ID]
+            entry = fused.setdefault(rid, FusedRound(rid, int(hit.payload.get(schema.SEQ, 0))))
+            entry.score += 1.0 / (kappa + rank)
+            entry.ranks[signal] = rank
+            entry.best_units[signal] = hit
+    return sorted(fused.values(), key=lambda r: (-r.score, r.seq))
+
+
+def near_image_seqs(image_seqs: Iterable[int], window: int) -> Set[int]:
+    """Rounds that hold an image or sit within ``window`` rounds of one."""
+    return {s + d for s in image_seqs for d in range(-window, window + 1)}

@@ -1,0 +1,151 @@
+"""Image bytes in, validated file on disk out: the only code that reads user-supplied images.
+
+Every image is checked before anything is written (zero bytes, not an image, truncated,
+decompression bomb, oversized file, unsupported URL scheme) and saved once under the memory's
+image directory by content hash, so nodes carry a path and never base64.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+import urllib.parse
+import urllib.request
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from PIL import Image, UnidentifiedImageError
+
+from .errors import VMemInputError
+
+#: Largest image file accepted (bytes).
+MAX_IMAGE_BYTES = 50 * 1024 * 1024
+#: Largest decoded image accepted (pixels); bigger ones are treated as decompression bombs.
+MAX_IMAGE_PIXELS = 64_000_000
+URL_SCHEMES = ("http", "https", "file", "data")
+_URL_TIMEOUT_S = 20
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """Validated image bytes with what we learned decoding them."""
+
+    data: bytes
+    format: str
+    width: int
+    height: int
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    @property
+    def extension(self) -> str:
+        return {"JPEG": "jpg"}.get(self.format, self.format.lower())
+
+
+def read_source(
+    item: str,
+    *,
+    path: Optional[Union[str, os.PathLike]] = None,
+    data: Optional[bytes] = None,
+    url: Optional[str] = None,
+) -> bytes:
+    """Raw bytes from exactly one of a path, bytes or a URL (http, https, file, data)."""
+    given = [x for x in (path, data, url) if x is not None]
+    if len(given) != 1:
+        raise VMemInputError(item, "give exactly one of path, bytes or url")
+    if data is not None:
+        if not isinstance(data, (bytes, bytearray)):
+            raise VMemInputError(item, f"image bytes must be bytes, got {type(data).__name__}")
+        return bytes(data)
+    if path is not None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise VMemInputError(item, f"image path must be a str or path, got {type(path).__name__}")
+        return _read_file(item, Path(path))
+    return _read_url(item, str(url))
+
+
+def _read_file(item: str, path: Path) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > MAX_IMAGE_BYTES:
+            raise VMemInputError(item, f"{path} is {size} bytes, over the {MAX_IMAGE_BYTES} limit")
+        return path.read_bytes()
+    except VMemInputError:
+        raise
+    except FileNotFoundError:
+        raise VMemInputError(item, f"image file not found: {path}") from None
+    except OSError as exc:
+        raise VMemInputError(item, f"cannot read image file {path}: {exc}") from None
+
+
+def _read_url(item: str, url: str) -> bytes:
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme not in URL_SCHEMES:
+        raise VMemInputError(item, f"unsupported URL scheme {scheme!r} (allowed: {', '.join(URL_SCHEMES)})")
+    if scheme == "file":
+        return _read_file(item, Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)))
+    if scheme == "data":
+        header, _, payload = url.partition(",")
+        try:
+            raw = base64.b64decode(payload) if header.endswith(";base64") else urllib.parse.unquote_to_bytes(payload)
+        except ValueError as exc:
+            raise VMemInputError(item, f"malformed data URL: {exc}") from None
+        return raw
+    try:
+        with urllib.request.urlopen(url, timeout=_URL_TIMEOUT_S) as response:
+            raw = response.read(MAX_IMAGE_BYTES + 1)
+    except OSError as exc:
+        raise VMemInputError(item, f"cannot fetch {url}: {exc}") from None
+    if len(raw) > MAX_IMAGE_BYTES:
+        raise VMemInputError(item, f"{url} is over the {MAX_IMAGE_BYTES}-byte limit")
+    return raw
+
+
+def validate(item: str, data: bytes) -> LoadedImage:
+    """Decode fully, so truncated files and bombs fail here rather than at query time."""
+    if not data:
+        raise VMemInputError(item, "image is empty (0 bytes)")
+    if len(data) > MAX_IMAGE_BYTES:
+        raise VMemInputError(item, f"image is {len(data)} bytes, over the {MAX_IMAGE_BYTES} limit")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as img:
+                width, height = img.size
+                if width * height > MAX_IMAGE_PIXELS:
+                    raise VMemInputError(
+                        item, f"image is {width}x{height} pixels, over the {MAX_IMAGE_PIXELS}-pixel limit"
+                    )
+                fmt = img.format or "PNG"
+                img.load()
+    except VMemInputError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise VMemInputError(item, f"decompression bomb rejected: {exc}") from None
+    except UnidentifiedImageError:
+        raise VMemInputError(item, "not an image PIL can decode") from None
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise VMemInputError(item, f"corrupt or truncated image: {exc}") from None
+    return LoadedImage(data=data, format=fmt, width=width, height=height)
+
+
+def save(image: LoadedImage, directory: Path) -> Path:
+    """Write once by content hash; the same pixels shared twice are one file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"{image.sha256}.{image.extension}"
+    if not target.exists():
+        tmp = target.with_suffix(target.suffix + ".tmp")
+        tmp.write_bytes(image.data)
+        os.replace(tmp, target)
+    return target
+
+
+def open_rgb(path: Union[str, os.PathLike]) -> Image.Image:
+    with Image.open(path) as img:
+        return img.convert("RGB")

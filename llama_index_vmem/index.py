@@ -1,0 +1,375 @@
+"""``VMemIndex``: the user's entry point. One memory (``memory_id``) of one lane store.
+
+Building the memory calls no LLM: rounds are parsed, encoded locally and appended. A round is
+written whole or not at all: everything is validated and encoded before the first write, units
+go to their lanes first and the round record last, and a failed write is rolled back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import tempfile
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.embeddings.multi_modal_base import MultiModalEmbedding
+from llama_index.core.llms import LLM
+from llama_index.core.schema import ImageNode, NodeRelationship, RelatedNodeInfo, TextNode
+from tqdm.auto import tqdm
+
+from . import images as image_io
+from . import schema
+from .config import VMemConfig
+from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedding, image_encoder_id
+from .errors import VMemInputError
+from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, round_input_from_dict
+from .store import Collection, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
+
+if TYPE_CHECKING:
+    from .query_engine import VMemQueryEngine
+    from .retriever import VMemRetriever
+
+logger = logging.getLogger(__name__)
+
+_write_locks: Dict[Tuple[int, str], threading.Lock] = {}
+_write_locks_guard = threading.Lock()
+
+
+def _write_lock(store: LaneStore, memory_id: str) -> threading.Lock:
+    with _write_locks_guard:
+        return _write_locks.setdefault((id(store), memory_id), threading.Lock())
+
+
+class VMemIndex:
+    """A long-term memory of one multimodal conversation (or user), stored in Qdrant lanes."""
+
+    def __init__(
+        self,
+        store: LaneStore,
+        memory_id: str,
+        embed_model: BaseEmbedding,
+        image_encoder: MultiModalEmbedding,
+        image_dir: Path,
+        llm: Optional[LLM] = None,
+        config: Optional[VMemConfig] = None,
+        transcriber: Optional[Transcriber] = None,
+        show_progress: bool = False,
+        owns_tempdir: Optional[tempfile.TemporaryDirectory] = None,
+    ) -> None:
+        if not isinstance(memory_id, str) or not memory_id:
+            raise VMemInputError("memory_id", "must be a non-empty string")
+        self.store = store
+        self.memory_id = memory_id
+        self.embed_model = embed_model
+        self.image_encoder = image_encoder
+        self.llm = llm
+        self.config = config or VMemConfig()
+        self.show_progress = show_progress
+        self.bm25 = Bm25Encoder()
+        self.image_dir = Path(image_dir) / hashlib.sha256(memory_id.encode()).hexdigest()[:16]
+        self._parser = RoundNodeParser(memory_id=memory_id, image_dir=str(self.image_dir), transcriber=transcriber)
+        self._tempdir = owns_tempdir
+        self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
+        store.ensure_collections(self._dims(), self._manifest())
+
+    @classmethod
+    def from_defaults(
+        cls,
+        path: Optional[Union[str, Path]] = None,
+        url: Optional[str] = None,
+        memory_id: str = "default",
+        embed_model: Optional[BaseEmbedding] = None,
+        image_encoder: Optional[MultiModalEmbedding] = None,
+        llm: Optional[LLM] = None,
+        config: Optional[VMemConfig] = None,
+        *,
+        client: Any = None,
+        api_key: Optional[str] = None,
+        collection_prefix: str = "vmem",
+        image_dir: Optional[Union[str, Path]] = None,
+        transcriber: Optional[Transcriber] = None,
+        show_progress: bool = False,
+    ) -> "VMemIndex":
+        """Open (or create) a memory.
+
+        ``path=None, url=None``: a temporary embedded store, removed on ``close()``.
+        ``path``: a Qdrant Edge store on disk; reopening it restores the memory exactly.
+        ``url`` (or ``client``, any ``QdrantClient``): a Qdrant server; collections are shared by
+        all memories, with ``memory_id`` as the tenant key. Images are kept under ``image_dir``
+        (default: ``path/images``, or a temporary directory).
+        """
+        tmp = None
+        if client is not None or url is not None:
+            if client is None:
+                from qdrant_client import QdrantClient
+
+                client = QdrantClient(url=url, api_key=api_key)
+            store: LaneStore = ServerLaneStore(client, prefix=collection_prefix)
+            if image_dir is None:
+                if path is None:
+                    tmp = tempfile.TemporaryDirectory(prefix="vmem-")
+                    path = tmp.name
+                image_dir = Path(path) / "images"
+        else:
+            if path is None:
+                tmp = tempfile.TemporaryDirectory(prefix="vmem-")
+                path = tmp.name
+            store = open_edge_store(Path(path) / "qdrant")
+            image_dir = image_dir or Path(path) / "images"
+        return cls(
+            store=store,
+            memory_id=memory_id,
+            embed_model=embed_model or default_text_embedding(),
+            image_encoder=image_encoder or EfficientNetImageEncoder(),
+            image_dir=Path(image_dir),
+            llm=llm,
+            config=config,
+            transcriber=transcriber,
+            show_progress=show_progress,
+            owns_tempdir=tmp,
+        )
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    def _dims(self) -> LaneDims:
+        text_dim = len(self.embed_model.get_text_embedding("dimension probe"))
+        visual_dim = getattr(self.image_encoder, "dimension", None)
+        if visual_dim is None:
+            from PIL import Image
+
+            probe = self.image_dir.parent / "_probe.png"
+            probe.parent.mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (32, 32)).save(probe)
+            visual_dim = len(self.image_encoder.get_image_embedding(str(probe)))
+            probe.unlink()
+        return LaneDims(text=text_dim, visual=int(visual_dim))
+
+    def _manifest(self) -> Dict[str, Any]:
+        return {
+            "format": 1,
+            "text_encoder": f"{self.embed_model.class_name()}:{getattr(self.embed_model, 'model_name', '')}",
+            "image_encoder": image_encoder_id(self.image_encoder),
+        }
+
+    def scope(self, **narrowing: Any) -> Scope:
+        """Every store call goes through this: it pins the call to this memory."""
+        return Scope(memory_id=self.memory_id, **narrowing)
+
+    # -- ingestion ----------------------------------------------------------------------------
+
+    def add_round(
+        self,
+        user: str = "",
+        assistant: str = "",
+        images: Optional[Sequence[Mapping[str, Any]]] = None,
+        session_id: Optional[str] = None,
+        timestamp: Optional[str] = None,
+        round_key: Optional[str] = None,
+        audio: Optional[Sequence[str]] = None,
+    ) -> TextNode:
+        """Append one round; returns its round node."""
+        data = {"user": user, "assistant": assistant, "images": list(images or []), "audio": list(audio or []),
+                "session_id": session_id, "timestamp": timestamp, "round_key": round_key}
+        return self.add_rounds([data])[0]
+
+    def add_rounds(self, rounds: Sequence[Mapping[str, Any]]) -> List[TextNode]:
+        """Append round dicts ``{user, assistant, images, audio, session_id, timestamp, round_key}``."""
+        if isinstance(rounds, Mapping) or not isinstance(rounds, Sequence):
+            raise VMemInputError("rounds", f"must be a list of round dicts, got {type(rounds).__name__}")
+        if not rounds:
+            raise VMemInputError("rounds", "conversation is empty")
+        inputs = [round_input_from_dict(f"round {i}", r) for i, r in enumerate(rounds)]
+        return self._commit(inputs)
+
+    def add_messages(
+        self, messages: Sequence[ChatMessage], session_id: Optional[str] = None, timestamp: Optional[str] = None
+    ) -> List[TextNode]:
+        """Append a chat transcript: each user message and the assistant reply after it is a round."""
+        return self._commit(self._parser.rounds_from_messages(messages, session_id=session_id, timestamp=timestamp))
+
+    async def aadd_round(self, **kwargs: Any) -> TextNode:
+        return await asyncio.to_thread(lambda: self.add_round(**kwargs))
+
+    async def aadd_rounds(self, rounds: Sequence[Mapping[str, Any]]) -> List[TextNode]:
+        return await asyncio.to_thread(self.add_rounds, rounds)
+
+    async def aadd_messages(self, messages: Sequence[ChatMessage], **kwargs: Any) -> List[TextNode]:
+        return await asyncio.to_thread(lambda: self.add_messages(messages, **kwargs))
+
+    def _commit(self, inputs: List[RoundInput]) -> List[TextNode]:
+        with _write_lock(self.store, self.memory_id):
+            last = self.store.max_seq(self.scope())
+            parsed = self._parser.parse_rounds(inputs, first_seq=last + 1)
+            self._reject_existing(parsed)
+            text_points, image_points = self._encode(parsed)
+            if last and parsed:
+                prev = self.store.scroll(Collection.ROUNDS, self.scope(seq_range=(last, last)))
+                if prev:
+                    parsed[0].round_node.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=prev[0].id)
+            round_points = [PointData(p.round_node.node_id, _round_payload(p)) for p in parsed]
+            written: List[Path] = []
+            try:
+                for p in parsed:
+                    for path, loaded in p.pending_images.items():
+                        if not path.exists():
+                            written.append(image_io.save(loaded, self.image_dir))
+                self.store.upsert(Collection.TEXT, text_points)
+                self.store.upsert(Collection.IMAGE, image_points)
+                self.store.upsert(Collection.ROUNDS, round_points)
+            except BaseException:
+                self._rollback([p.round_node.node_id for p in parsed], written)
+                raise
+        logger.info("memory %s: added %d rounds", self.memory_id, len(parsed))
+        return [p.round_node for p in parsed]
+
+    def _reject_existing(self, parsed: List[ParsedRound]) -> None:
+        ids = tuple(p.round_node.node_id for p in parsed)
+        existing = self.store.scroll(Collection.ROUNDS, self.scope(round_ids=ids))
+        if existing:
+            key = existing[0].payload[schema.ROUND_KEY]
+            raise VMemInputError(f"round {key}", "a round with this key is already stored in this memory")
+
+    def _rollback(self, round_ids: List[str], written: List[Path]) -> None:
+        scope = self.scope(round_ids=tuple(round_ids))
+        for collection in (Collection.ROUNDS, Collection.IMAGE, Collection.TEXT):
+            self.store.delete(collection, scope)
+        for path in written:
+            path.unlink(missing_ok=True)
+
+    def _encode(self, parsed: List[ParsedRound]) -> Tuple[List[PointData], List[PointData]]:
+        """Encode every unit of the new rounds, batched; nothing already stored is touched."""
+        units = [u for p in parsed for u in p.units]
+        texts = [u for u in units if not isinstance(u, ImageNode)]
+        imgs = [u for u in units if isinstance(u, ImageNode)]
+        captioned = [u for u in imgs if u.text]
+        dense = self._embed_texts([u.text for u in texts + captioned])
+        sparse = self.bm25.documents([u.text for u in texts + captioned])
+        vectors: Dict[str, Dict[str, Any]] = {u.node_id: {} for u in units}
+        for u, d, s in zip(texts + captioned, dense, sparse):
+            vectors[u.node_id].update({schema.TEXT_DENSE: d, schema.TEXT_SPARSE: s})
+        pixels = [u for u in imgs if u.metadata[schema.HAS_PIXELS]]
+        if pixels:
+            pending = {str(k): v for p in parsed for k, v in p.pending_images.items()}
+            visual = self._embed_images([pending[u.image_path].data for u in pixels])
+            for u, v in zip(pixels, visual):
+                vectors[u.node_id][schema.VISUAL] = v
+        make = lambda u: PointData(u.node_id, schema.unit_to_payload(u), vectors[u.node_id])  # noqa: E731
+        return [make(u) for u in texts], [make(u) for u in imgs]
+
+    def _embed_texts(self, texts: List[str]) -> List[List[float]]:
+        """Length-sorted batches: padding stays short, so throughput stays high."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        embedded = self.embed_model.get_text_embedding_batch([texts[i] for i in order], show_progress=self.show_progress)
+        out: List[List[float]] = [[] for _ in texts]
+        for i, e in zip(order, embedded):
+            out[i] = e
+        return out
+
+    def _embed_images(self, blobs: List[bytes]) -> List[List[float]]:
+        import io
+
+        batch = getattr(self.image_encoder, "embed_batch_size", 16)
+        out: List[List[float]] = []
+        chunks = range(0, len(blobs), batch)
+        for start in tqdm(chunks, desc="Encoding images", disable=not self.show_progress):
+            out.extend(self.image_encoder.get_image_embedding_batch([io.BytesIO(b) for b in blobs[start:start + batch]]))
+        return out
+
+    # -- reads used by the retriever and postprocessor ----------------------------------------
+
+    def _embed_query_text(self, text: str) -> Tuple[float, ...]:
+        return tuple(self.embed_model.get_query_embedding(text))
+
+    def encode_query_text(self, text: str) -> List[float]:
+        return list(self._encode_query_text(text))
+
+    def encode_query_image(self, image: str) -> List[float]:
+        loaded = image_io.validate("query image", image_io.read_source("query image", **_image_source(image)))
+        import io
+
+        return self.image_encoder.get_image_embedding(io.BytesIO(loaded.data))
+
+    def get_rounds(self, round_ids: Iterable[str]) -> Dict[str, TextNode]:
+        """Round nodes by id (ids of other memories are simply not found)."""
+        hits = self.store.scroll(Collection.ROUNDS, self.scope(round_ids=tuple(round_ids)))
+        return {h.id: _round_node(h) for h in hits}
+
+    def rounds_by_seqs(self, seqs: Sequence[int]) -> List[TextNode]:
+        return [_round_node(h) for h in self.store.scroll(Collection.ROUNDS, self.scope(seqs=tuple(seqs)))]
+
+    def images_near(self, rounds: Sequence[TextNode], window: int) -> Dict[str, List[ImageNode]]:
+        """Each round's own images, or, for a round without one, the images within ``window`` rounds."""
+        seqs = {r.metadata[schema.SEQ] + d for r in rounds for d in range(-window, window + 1)}
+        if not seqs:
+            return {}
+        by_seq: Dict[int, List[ImageNode]] = {}
+        for hit in self.store.scroll(Collection.IMAGE, self.scope(seqs=tuple(sorted(seqs)))):
+            by_seq.setdefault(hit.payload[schema.SEQ], []).append(schema.unit_from_payload(hit.id, hit.payload))
+        out: Dict[str, List[ImageNode]] = {}
+        for r in rounds:
+            s = r.metadata[schema.SEQ]
+            own = by_seq.get(s, [])
+            out[r.node_id] = own or [img for d in range(1, window + 1) for n in (s - d, s + d) for img in by_seq.get(n, [])]
+        return out
+
+    def __len__(self) -> int:
+        return self.store.count(Collection.ROUNDS, self.scope())
+
+    # -- LlamaIndex conventions ---------------------------------------------------------------
+
+    def as_retriever(self, **kwargs: Any) -> "VMemRetriever":
+        """``VMemConfig`` fields (``k=5``) override this index's config for this retriever."""
+        from .retriever import VMemRetriever
+
+        config_fields = set(VMemConfig.__dataclass_fields__)
+        overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in config_fields}
+        kwargs.setdefault("llm", self.llm)
+        return VMemRetriever(self, config=self.config.override(**overrides), **kwargs)
+
+    def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> "VMemQueryEngine":
+        from .query_engine import VMemQueryEngine
+
+        llm = llm or self.llm
+        engine_keys = {"answer_prompt", "conflict_prompt", "image_note_prompt", "image_note_matched_prompt", "delivery"}
+        engine_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in engine_keys}
+        return VMemQueryEngine(retriever=self.as_retriever(llm=llm, **kwargs), llm=llm, **engine_kwargs)
+
+    def close(self) -> None:
+        self.store.close()
+        if self._tempdir is not None:
+            self._tempdir.cleanup()
+            self._tempdir = None
+
+    def __enter__(self) -> "VMemIndex":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _round_payload(p: ParsedRound) -> Dict[str, Any]:
+    payload = schema.round_to_payload(p.round_node)
+    prev = p.round_node.relationships.get(NodeRelationship.PREVIOUS)
+    payload[schema.PREV_ROUND_ID] = prev.node_id if prev is not None else None
+    return payload
+
+
+def _round_node(hit: Any) -> TextNode:
+    node = schema.round_from_payload(hit.id, hit.payload)
+    prev = hit.payload.get(schema.PREV_ROUND_ID)
+    if prev:
+        node.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=prev)
+    return node
+
+
+def _image_source(image: str) -> Dict[str, str]:
+    import re
+
+    return {"url": image} if re.match(r"^[a-z][a-z0-9+.-]*:", image, re.IGNORECASE) and not Path(image).exists() else {"path": image}
+

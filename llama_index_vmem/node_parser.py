@@ -1,0 +1,362 @@
+"""Conversations -> round parent nodes with one child node per unit (zero LLM calls).
+
+A round is one user message and the assistant message after it. Each text span (user text,
+assistant text, ``[Audio: <transcript>]``) is a ``TextNode`` unit and each image an ``ImageNode``
+unit. Image captions are folded into the text of the message that shared the image (V-Mem,
+Appendix H) and kept on the image unit. Images are validated here, before anything is written;
+the index writes their bytes when it commits the round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from llama_index.core.base.llms.types import AudioBlock, ChatMessage, ImageBlock, MessageRole, TextBlock
+from llama_index.core.node_parser.interface import NodeParser
+from llama_index.core.schema import (
+    BaseNode,
+    ImageDocument,
+    ImageNode,
+    NodeRelationship,
+    RelatedNodeInfo,
+    TextNode,
+)
+from pydantic import Field, PrivateAttr
+
+from . import images, schema
+from .errors import VMemInputError
+
+#: Turns an audio block into its transcript.
+Transcriber = Callable[[AudioBlock], str]
+
+
+@dataclass
+class ImageInput:
+    """One image of a round: pixels (path, bytes or URL) and/or a caption, and a readable id."""
+
+    image_id: Optional[str] = None
+    path: Optional[str] = None
+    data: Optional[bytes] = None
+    url: Optional[str] = None
+    caption: Optional[str] = None
+    role: str = schema.Role.USER.value
+
+    @property
+    def has_pixels(self) -> bool:
+        return any(x is not None for x in (self.path, self.data, self.url))
+
+
+@dataclass
+class RoundInput:
+    """A round before parsing; ``round_key`` defaults to ``<session>:<seq>``."""
+
+    user: str = ""
+    assistant: str = ""
+    images: List[ImageInput] = field(default_factory=list)
+    audio_transcripts: List[str] = field(default_factory=list)
+    session_id: Optional[str] = None
+    timestamp: Optional[str] = None
+    round_key: Optional[str] = None
+
+
+@dataclass
+class ParsedRound:
+    """A round ready to encode and write: nodes plus the image bytes still to be saved."""
+
+    round_node: TextNode
+    units: List[TextNode]
+    pending_images: Dict[Path, images.LoadedImage]
+
+    @property
+    def round_key(self) -> str:
+        return self.round_node.metadata[schema.ROUND_KEY]
+
+
+def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
+    """``{user, assistant, images: [{image_id, path|bytes|url, caption}], session_id, timestamp, round_key}``."""
+    if not isinstance(data, Mapping):
+        raise VMemInputError(item, f"a round must be a dict, got {type(data).__name__}")
+    known = {"user", "assistant", "images", "audio", "session_id", "timestamp", "round_key"}
+    unknown = set(data) - known
+    if unknown:
+        raise VMemInputError(item, f"unknown round fields {sorted(unknown)} (known: {sorted(known)})")
+    for key in ("user", "assistant"):
+        if not isinstance(data.get(key, ""), str):
+            raise VMemInputError(item, f"'{key}' must be a string, got {type(data[key]).__name__}")
+    raw_images = data.get("images") or []
+    if not isinstance(raw_images, (list, tuple)):
+        raise VMemInputError(item, "'images' must be a list of dicts")
+    parsed_images = []
+    for i, img in enumerate(raw_images):
+        if not isinstance(img, Mapping):
+            raise VMemInputError(f"{item} image {i}", f"must be a dict, got {type(img).__name__}")
+        extra = set(img) - {"image_id", "path", "bytes", "url", "caption"}
+        if extra:
+            raise VMemInputError(f"{item} image {i}", f"unknown image fields {sorted(extra)}")
+        parsed_images.append(
+            ImageInput(
+                image_id=img.get("image_id"),
+                path=img.get("path"),
+                data=img.get("bytes"),
+                url=img.get("url"),
+                caption=img.get("caption"),
+            )
+        )
+    audio = data.get("audio") or []
+    if isinstance(audio, str) or not all(isinstance(a, str) for a in audio):
+        raise VMemInputError(item, "'audio' must be a list of transcript strings")
+    return RoundInput(
+        user=data.get("user", ""),
+        assistant=data.get("assistant", ""),
+        images=parsed_images,
+        audio_transcripts=list(audio),
+        session_id=_opt_str(item, "session_id", data.get("session_id")),
+        timestamp=_opt_str(item, "timestamp", data.get("timestamp")),
+        round_key=_opt_str(item, "round_key", data.get("round_key")),
+    )
+
+
+def _opt_str(item: str, name: str, value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise VMemInputError(item, f"'{name}' must be a string, got {type(value).__name__}")
+    return str(value)
+
+
+class RoundNodeParser(NodeParser):
+    """Parse chat messages, round dicts or documents into round and unit nodes.
+
+    Parents are linked to children with PARENT/CHILD and rounds to rounds with PREVIOUS/NEXT;
+    ``include_prev_next_rel`` is off because LlamaIndex would otherwise chain units together.
+    """
+
+    memory_id: str = Field(default="default", description="Memory the parsed rounds belong to.")
+    image_dir: Optional[str] = Field(default=None, description="Where image bytes will be saved.")
+    include_prev_next_rel: bool = Field(default=False)
+    _transcriber: Optional[Transcriber] = PrivateAttr(default=None)
+
+    def __init__(self, transcriber: Optional[Transcriber] = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._transcriber = transcriber
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "RoundNodeParser"
+
+    # -- public entry points ------------------------------------------------------------------
+
+    def parse_rounds(self, rounds: Sequence[RoundInput], first_seq: int = 1) -> List[ParsedRound]:
+        """Parse rounds numbered from ``first_seq`` and link them in order."""
+        parsed = [self._parse_round(r, first_seq + i) for i, r in enumerate(rounds)]
+        keys = [p.round_key for p in parsed]
+        duplicates = {k for k in keys if keys.count(k) > 1}
+        if duplicates:
+            raise VMemInputError(f"round {sorted(duplicates)[0]}", "duplicate round key in this call")
+        for prev, nxt in zip(parsed, parsed[1:]):
+            prev.round_node.relationships[NodeRelationship.NEXT] = RelatedNodeInfo(node_id=nxt.round_node.node_id)
+            nxt.round_node.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=prev.round_node.node_id)
+        return parsed
+
+    def rounds_from_messages(
+        self,
+        messages: Sequence[ChatMessage],
+        session_id: Optional[str] = None,
+        timestamp: Optional[str] = None,
+    ) -> List[RoundInput]:
+        """Pair each user message with the assistant message after it.
+
+        Per-message extras travel in ``additional_kwargs``: ``image_ids`` and ``image_captions``
+        (one per image block, in order) and ``transcripts`` (one per audio block, in order).
+        System messages are skipped; any other order than user, assistant, user, ... is an error.
+        """
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise VMemInputError("messages", f"must be a list of ChatMessage, got {type(messages).__name__}")
+        rounds: List[RoundInput] = []
+        awaiting_reply = False
+        for i, msg in enumerate(messages):
+            item = f"message {i}"
+            if not isinstance(msg, ChatMessage):
+                raise VMemInputError(item, f"must be a ChatMessage, got {type(msg).__name__}")
+            if msg.role == MessageRole.SYSTEM:
+                continue
+            if msg.role == MessageRole.USER:
+                if awaiting_reply:
+                    raise VMemInputError(item, "two user messages in a row: a round is a user message then an assistant reply")
+                rounds.append(RoundInput(session_id=session_id, timestamp=timestamp))
+                self._fill_from_message(item, msg, rounds[-1], schema.Role.USER.value)
+            elif msg.role == MessageRole.ASSISTANT:
+                if not awaiting_reply:
+                    raise VMemInputError(item, "assistant message without a user message before it")
+                self._fill_from_message(item, msg, rounds[-1], schema.Role.ASSISTANT.value)
+            else:
+                raise VMemInputError(item, f"role {msg.role.value!r} is not user, assistant or system")
+            awaiting_reply = msg.role == MessageRole.USER
+        if not rounds:
+            raise VMemInputError("messages", "conversation is empty")
+        return rounds
+
+    # -- NodeParser interface -----------------------------------------------------------------
+
+    def _parse_nodes(self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any) -> List[BaseNode]:
+        """Each document is one round: its text is the user span, an ``ImageDocument`` adds its image."""
+        rounds = []
+        for doc in nodes:
+            img = []
+            if isinstance(doc, (ImageDocument, ImageNode)) and (doc.image_path or doc.image or doc.image_url):
+                img.append(ImageInput(path=doc.image_path, url=doc.image_url, caption=doc.text or None,
+                                      data=doc.resolve_image().read() if doc.image and not doc.image_path else None))
+            rounds.append(RoundInput(user="" if img else doc.get_content(), images=img,
+                                     session_id=doc.metadata.get(schema.SESSION_ID),
+                                     timestamp=doc.metadata.get(schema.TIMESTAMP),
+                                     round_key=doc.metadata.get(schema.ROUND_KEY)))
+        out: List[BaseNode] = []
+        for parsed in self.parse_rounds(rounds, first_seq=kwargs.get("first_seq", 1)):
+            out.append(parsed.round_node)
+            out.extend(parsed.units)
+        return out
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _fill_from_message(self, item: str, msg: ChatMessage, target: RoundInput, role: str) -> None:
+        extra = msg.additional_kwargs or {}
+        ids = list(extra.get("image_ids") or [])
+        captions = list(extra.get("image_captions") or [])
+        transcripts = list(extra.get("transcripts") or [])
+        texts: List[str] = []
+        n_img = n_audio = 0
+        for block in msg.blocks:
+            if isinstance(block, TextBlock):
+                texts.append(block.text)
+            elif isinstance(block, ImageBlock):
+                target.images.append(self._image_from_block(f"{item} image {n_img}", block, ids, captions, n_img, role))
+                n_img += 1
+            elif isinstance(block, AudioBlock):
+                target.audio_transcripts.append(self._transcribe(f"{item} audio {n_audio}", block, transcripts, n_audio))
+                n_audio += 1
+            else:
+                raise VMemInputError(item, f"unsupported content block {type(block).__name__}")
+        text = "\n".join(t for t in texts if t.strip())
+        if role == schema.Role.USER.value:
+            target.user = text
+        else:
+            target.assistant = text
+
+    @staticmethod
+    def _image_from_block(item: str, block: ImageBlock, ids: List[Any], captions: List[Any], i: int, role: str) -> ImageInput:
+        data = None
+        if block.image is not None and block.path is None:
+            data = block.resolve_image(as_base64=False).read()
+        return ImageInput(
+            image_id=str(ids[i]) if i < len(ids) else None,
+            path=str(block.path) if block.path is not None else None,
+            data=data,
+            url=str(block.url) if block.url is not None and block.path is None and data is None else None,
+            caption=str(captions[i]) if i < len(captions) else None,
+            role=role,
+        )
+
+    def _transcribe(self, item: str, block: AudioBlock, transcripts: List[Any], i: int) -> str:
+        if i < len(transcripts):
+            return str(transcripts[i])
+        if self._transcriber is None:
+            raise VMemInputError(item, "audio needs a transcript (additional_kwargs['transcripts']) or a transcriber")
+        text = self._transcriber(block)
+        if not isinstance(text, str):
+            raise VMemInputError(item, f"transcriber returned {type(text).__name__}, not str")
+        return text
+
+    def _parse_round(self, r: RoundInput, seq: int) -> ParsedRound:
+        session = r.session_id
+        key = r.round_key or (f"{session}:{seq}" if session else f"R{seq}")
+        item = f"round {key}"
+        rid = schema.round_id(self.memory_id, key)
+        shared = {
+            schema.MEMORY_ID: self.memory_id,
+            schema.ROUND_ID: rid,
+            schema.ROUND_KEY: key,
+            schema.SESSION_ID: session,
+            schema.TIMESTAMP: r.timestamp,
+            schema.SEQ: seq,
+            schema.ROUND_HAS_IMAGE: bool(r.images),
+        }
+        pending: Dict[Path, images.LoadedImage] = {}
+        image_units: List[Dict[str, Any]] = []
+        folded: Dict[str, List[str]] = {schema.Role.USER.value: [], schema.Role.ASSISTANT.value: []}
+        for i, img in enumerate(r.images):
+            image_id = img.image_id or f"{key}:IMG_{i + 1}"
+            if not img.has_pixels and not img.caption:
+                raise VMemInputError(f"{item} image {image_id}", "has neither pixels nor a caption")
+            path = None
+            if img.has_pixels:
+                loaded = images.validate(
+                    f"{item} image {image_id}",
+                    images.read_source(f"{item} image {image_id}", path=img.path, data=img.data, url=img.url),
+                )
+                path = self._image_path(loaded)
+                pending[path] = loaded
+            image_units.append({"image_id": image_id, "path": path, "caption": img.caption or ""})
+            folded[img.role].append(f"[Image {image_id}] {img.caption}" if img.caption else f"[Image {image_id}]")
+
+        spans = [
+            (schema.Role.USER.value, "\n".join([r.user] + folded[schema.Role.USER.value]).strip()),
+            *[(schema.Role.AUDIO.value, f"[Audio: {t}]") for t in r.audio_transcripts],
+            (schema.Role.ASSISTANT.value, "\n".join([r.assistant] + folded[schema.Role.ASSISTANT.value]).strip()),
+        ]
+        units: List[TextNode] = []
+        for role, text in spans:
+            if text:
+                units.append(self._text_unit(shared, len(units), role, text))
+        for img in image_units:
+            units.append(self._image_unit(shared, len(units), img))
+        if not units:
+            raise VMemInputError(item, "round is empty: no text, audio or image")
+
+        round_node = TextNode(
+            id_=rid,
+            text=_round_text(r, spans),
+            metadata={
+                **shared,
+                schema.IMAGE_IDS: [img["image_id"] for img in image_units],
+                schema.UNIT_IDS: [u.node_id for u in units],
+            },
+        )
+        round_node.relationships[NodeRelationship.CHILD] = [RelatedNodeInfo(node_id=u.node_id) for u in units]
+        for u in units:
+            u.relationships[NodeRelationship.PARENT] = RelatedNodeInfo(node_id=rid)
+        return ParsedRound(round_node=round_node, units=units, pending_images=pending)
+
+    def _image_path(self, loaded: images.LoadedImage) -> Path:
+        if self.image_dir is None:
+            raise VMemInputError("image", "this parser has no image_dir to save images under")
+        return Path(self.image_dir) / f"{loaded.sha256}.{loaded.extension}"
+
+    def _text_unit(self, shared: Dict[str, Any], index: int, role: str, text: str) -> TextNode:
+        meta = {**shared, schema.UNIT_INDEX: index, schema.MODALITY: schema.Lane.TEXT.value, schema.ROLE: role}
+        return TextNode(id_=schema.unit_id(self.memory_id, shared[schema.ROUND_KEY], index), text=text, metadata=meta)
+
+    def _image_unit(self, shared: Dict[str, Any], index: int, img: Dict[str, Any]) -> ImageNode:
+        meta = {
+            **shared,
+            schema.UNIT_INDEX: index,
+            schema.MODALITY: schema.Lane.IMAGE.value,
+            schema.ROLE: schema.Role.IMAGE.value,
+            schema.IMAGE_ID: img["image_id"],
+            schema.IMAGE_PATH: str(img["path"]) if img["path"] else None,
+            schema.CAPTION: img["caption"],
+            schema.HAS_PIXELS: img["path"] is not None,
+        }
+        return ImageNode(
+            id_=schema.unit_id(self.memory_id, shared[schema.ROUND_KEY], index),
+            text=img["caption"],
+            image_path=meta[schema.IMAGE_PATH],
+            metadata=meta,
+        )
+
+
+def _round_text(r: RoundInput, spans: List[tuple]) -> str:
+    """What the answering model reads for this round."""
+    labels = {schema.Role.USER.value: "User", schema.Role.ASSISTANT.value: "Assistant", schema.Role.AUDIO.value: "User"}
+    return "\n".join(f"{labels[role]}: {text}" for role, text in spans if text)

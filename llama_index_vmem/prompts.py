@@ -1,0 +1,108 @@
+"""Every prompt V-Mem sends, verbatim from the paper's Appendix C (line breaks unwrapped).
+
+Users swap them through ``get_prompts()`` / ``update_prompts()`` on the query engine and the
+anchor transforms; nothing else in the package holds prompt text.
+"""
+
+from llama_index.core.prompts import PromptTemplate
+
+ANSWER_PROMPT = PromptTemplate(
+    "You are answering a question using a person’s conversation history.\n"
+    "\n"
+    "CONTEXT (each block is one exchange; some include an image):\n"
+    "{context}\n"
+    "\n"
+    "QUESTION: {question}\n"
+    "\n"
+    "INSTRUCTIONS:\n"
+    "- Answer ONLY from the context above.\n"
+    "- If the question asks which image/photo/picture, answer with the image id exactly as shown (e.g. D1:IMG_002).\n"
+    "- If the question asks to list or enumerate, include EVERY matching item, comma-separated.\n"
+    "- Be specific and complete; include all details the question asks for.\n"
+    "- Use ONLY what is written in the context blocks above -- never outside or general knowledge.\n"
+    "- For a yes/no question about whether a specific thing was mentioned or discussed "
+    "(e.g. \"Did X mention any specific ...?\"), answer \"Not mentioned\" UNLESS that specific thing is "
+    "explicitly named in the context. Do not answer \"Yes\" based on related or general discussion, "
+    "and never invent specifics.\n"
+    "- If the answer is genuinely not in the context, reply exactly: Information not found\n"
+    "\n"
+    "ANSWER:"
+)
+
+CONFLICT_PROMPT = PromptTemplate(
+    "You are checking a person’s conversation history for a conflict or contradiction. "
+    "Answer with a clear Yes or No.\n"
+    "\n"
+    "CONTEXT (each block is one exchange):\n"
+    "{context}\n"
+    "\n"
+    "QUESTION: {question}\n"
+    "\n"
+    "INSTRUCTIONS:\n"
+    "- A CONFLICT exists if the claim (or a statement in the conversation) asserts a fact that the "
+    "conversation establishes DIFFERENTLY -- e.g. a wrong name, attribute, or action for an entity the "
+    "conversation describes (the conversation says the pet is named Lumi; a claim that it is named Coco "
+    "CONFLICTS), or a claim the conversation directly contradicts.\n"
+    "- If you identify ANY factual discrepancy between the claim and what the conversation establishes, "
+    "answer \"Yes\" -- do NOT explain it away as \"no conflict\".\n"
+    "- For \"does X contradict himself / is there a contradiction\" questions: look for two statements in "
+    "the conversation that cannot both be true; if such a pair exists, answer \"Yes\".\n"
+    "- Answer \"No\" ONLY if the claim is consistent with / supported by the conversation, OR the "
+    "conversation does not address the topic at all (an unaddressed topic is NOT a conflict).\n"
+    "- Reason internally, but OUTPUT EXACTLY ONE WORD: \"Yes\" or \"No\" -- nothing else (no reason, no "
+    "explanation, no punctuation beyond the word). The reference answers are a single word, so anything "
+    "more is scored wrong.\n"
+    "\n"
+    "ANSWER:"
+)
+
+HYPO_CAPTION_PROMPT = PromptTemplate(
+    "A user is searching the images shared in a conversation for the ONE image that answers their "
+    "question. Write the caption that image most likely has, in the style of the conversation’s own "
+    "captions: a dense noun-phrase description of what is visible, about two sentences and 45 words, "
+    "covering subjects, attributes, colours, setting, and any visible text or labels. Keep whatever the "
+    "question names concretely, and add the appearance it implies but does not state. Do not begin with "
+    "\"A photo of\", and do not assume the target is a photograph; it may be an illustration, an "
+    "infographic, a screenshot, or a document.\n"
+    "\n"
+    "Question: {q}\n"
+    "\n"
+    "Caption:"
+)
+
+ENRICHED_ANCHOR_PROMPT = PromptTemplate(
+    "You can SEE the user’s attached image.\n"
+    "\n"
+    "QUESTION: {q}\n"
+    "\n"
+    "The answer to that question is in a past conversation, not in the image. List the search terms "
+    "most likely to appear in the conversation turns that answer it.\n"
+    "\n"
+    "Start from what the question asks about and find it in the image: if it asks about a breed, name "
+    "the animal and its breed; about a category, name the item and what kind of thing it is; about a "
+    "component, name that part. Then add the other visible things a person might have mentioned when "
+    "sharing this picture: the main subject, brands, labels, species, places, objects.\n"
+    "\n"
+    "For each, give the forms a conversation might use: the specific name, the everyday name, and the "
+    "general category, since it may use any of them. Include the words the question itself hinges on.\n"
+    "\n"
+    "Give at most 8 terms. Choose them by one test: how likely is this exact word to appear in the "
+    "sentence that answers the question? Keep terms that would identify the answer; drop terms that "
+    "merely describe the picture. Single words or short phrases, never sentences. Prefer names and nouns "
+    "over adjectives. Omit anything you are inferring rather than seeing.\n"
+    "\n"
+    "Return JSON: {{\"keywords\": [\"...\", \"...\"]}}"
+)
+
+IMAGE_NOTE_PROMPT = PromptTemplate(
+    "[ATTACHED IMAGE] The user’s attached image shows: {query_caption}. Identify the product/entity it "
+    "depicts using the conversation and answer; do NOT reply \"Information not found\" if the "
+    "conversation identifies it."
+)
+
+#: The attached-image note when the image lane matched a stored image (the middle sentence added).
+IMAGE_NOTE_MATCHED_PROMPT = PromptTemplate(
+    "[ATTACHED IMAGE] The user’s attached image shows: {query_caption}. It visually matches a "
+    "conversation image: ({image_id} -- \"{caption}\"). Identify the product/entity it depicts using "
+    "the conversation and answer; do NOT reply \"Information not found\" if the conversation identifies it."
+)

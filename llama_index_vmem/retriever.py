@@ -1,0 +1,181 @@
+"""``VMemRetriever``: route -> anchors -> per-signal unit search -> round max -> RRF -> top-k rounds.
+
+This is Algorithm 1 of the paper minus context assembly (``NeighborRoundPostprocessor``). Every
+returned node says why it was returned in ``metadata["vmem"]``: case, anchors, rank under each
+signal and fused score.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.llms import LLM
+from llama_index.core.prompts.mixin import PromptMixinType
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+from . import schema
+from .anchors import EnrichedAnchorTransform, HypoCaptionTransform
+from .config import VMemConfig
+from .fusion import FusedRound, near_image_seqs, rank_rounds, rrf
+from .router import Anchor, ModalityRouter, RoutePlan, Signal
+from .store.base import Collection, Hit, Scope
+
+if TYPE_CHECKING:
+    from .index import VMemIndex
+
+logger = logging.getLogger(__name__)
+
+#: Metadata key under which each returned node explains itself.
+EXPLAIN_KEY = "vmem"
+
+
+@dataclass(frozen=True)
+class AnchorValue:
+    text: str
+    #: ``"llm"``, ``"raw query"`` or ``"raw query (no LLM)"``.
+    source: str
+
+
+@dataclass
+class RetrievalResult:
+    """What one retrieval decided and found, for engines that need more than the nodes."""
+
+    plan: RoutePlan
+    anchors: Dict[Anchor, AnchorValue]
+    rounds: List[FusedRound]
+    nodes: List[NodeWithScore]
+    #: Best stored image under the visual signal, if that signal ran and found one.
+    visual_match: Optional[Hit] = None
+    filter_fallback: bool = False
+    explain: Dict[str, Any] = field(default_factory=dict)
+
+
+class VMemRetriever(BaseRetriever):
+    """Modality-routed retrieval over one memory of a ``VMemIndex``."""
+
+    def __init__(
+        self,
+        index: "VMemIndex",
+        config: Optional[VMemConfig] = None,
+        router: Optional[ModalityRouter] = None,
+        llm: Optional[LLM] = None,
+        hypo_caption: Optional[HypoCaptionTransform] = None,
+        enriched_anchor: Optional[EnrichedAnchorTransform] = None,
+        callback_manager: Optional[CallbackManager] = None,
+        verbose: bool = False,
+    ) -> None:
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+        self._index = index
+        self.config = config or index.config
+        self.router = router or ModalityRouter()
+        self.hypo_caption = hypo_caption or (HypoCaptionTransform(llm) if llm is not None else None)
+        self.enriched_anchor = enriched_anchor or (
+            EnrichedAnchorTransform(llm, max_keywords=self.config.max_anchor_keywords) if llm is not None else None
+        )
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        modules: PromptMixinType = {}
+        if self.hypo_caption is not None:
+            modules["hypo_caption"] = self.hypo_caption
+        if self.enriched_anchor is not None:
+            modules["enriched_anchor"] = self.enriched_anchor
+        return modules
+
+    # -- BaseRetriever ------------------------------------------------------------------------
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return self.retrieve_with_plan(query_bundle).nodes
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return (await asyncio.to_thread(self.retrieve_with_plan, query_bundle)).nodes
+
+    # -- the algorithm ------------------------------------------------------------------------
+
+    def route(self, query_bundle: QueryBundle) -> RoutePlan:
+        return self.router.route(query_bundle, self.config)
+
+    def retrieve_with_plan(self, query_bundle: QueryBundle) -> RetrievalResult:
+        plan = self.route(query_bundle)
+        anchors = {a: self._anchor(a, query_bundle) for a in plan.anchors}
+        eligible = self._eligible_seqs(plan)
+        rankings: Dict[str, List[Hit]] = {}
+        for signal in plan.signals:
+            rankings[signal.name] = rank_rounds(self._search(signal, anchors[signal.anchor], query_bundle, eligible))
+        fused = rrf(rankings, self.config.rrf_kappa)
+        fallback = False
+        if eligible is not None:
+            kept = [r for r in fused if r.seq in eligible]
+            fallback = not kept
+            fused = kept or fused
+        top = fused[: plan.k]
+        nodes = self._nodes(plan, anchors, top)
+        visual = next((h for s in plan.signals if s.is_visual for h in rankings[s.name][:1]), None)
+        logger.debug("route %s, %d rounds, anchors %s", plan.case.value, len(top), anchors)
+        return RetrievalResult(plan, anchors, top, nodes, visual_match=visual, filter_fallback=fallback)
+
+    def _anchor(self, anchor: Anchor, query: QueryBundle) -> AnchorValue:
+        if anchor is Anchor.HYPO_CAPTION:
+            return self._transform(self.hypo_caption, query)
+        if anchor is Anchor.ENRICHED:
+            if not query.image_path:
+                return AnchorValue(query.query_str, "raw query (attached image has no pixels)")
+            return self._transform(self.enriched_anchor, query)
+        if anchor is Anchor.QUERY_IMAGE:
+            return AnchorValue(str(query.image_path), "attached image")
+        if anchor is Anchor.QUERY_IMAGE_CAPTION:
+            return AnchorValue(getattr(query, "image_caption", None) or query.query_str, "attached image caption")
+        return AnchorValue(query.query_str, "raw query")
+
+    @staticmethod
+    def _transform(transform: Any, query: QueryBundle) -> AnchorValue:
+        if transform is None:
+            return AnchorValue(query.query_str, "raw query (no LLM)")
+        return AnchorValue(transform.run(query).query_str, "llm")
+
+    def _eligible_seqs(self, plan: RoutePlan) -> Optional[set]:
+        if plan.image_filter_window is None:
+            return None
+        image_rounds = self._index.store.scroll(Collection.ROUNDS, self._index.scope(round_has_image=True))
+        return near_image_seqs((h.payload[schema.SEQ] for h in image_rounds), plan.image_filter_window)
+
+    def _search(self, signal: Signal, anchor: AnchorValue, query: QueryBundle, eligible: Optional[set]) -> List[Hit]:
+        index = self._index
+        if signal.vector == schema.VISUAL:
+            vector: Any = index.encode_query_image(anchor.text)
+        elif signal.vector == schema.TEXT_SPARSE:
+            vector = index.bm25.query(anchor.text)
+        else:
+            vector = index.encode_query_text(anchor.text)
+        scope = index.scope(seqs=tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None)
+        return index.store.search(signal.collection, signal.vector, vector, scope, self.config.candidate_pool)
+
+    def _nodes(self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], top: List[FusedRound]) -> List[NodeWithScore]:
+        rounds = self._index.get_rounds([r.round_id for r in top])
+        images: Dict[str, List[Any]] = {}
+        if plan.return_images:
+            images = self._index.images_near([rounds[r.round_id] for r in top if r.round_id in rounds], plan.image_filter_window or 0)
+        anchor_info = {a.value: {"text": v.text, "source": v.source} for a, v in anchors.items()}
+        out: List[NodeWithScore] = []
+        for fused in top:
+            node = rounds.get(fused.round_id)
+            if node is None:  # a round whose write never finished is not part of the memory
+                continue
+            node.metadata[EXPLAIN_KEY] = {
+                "case": plan.case.value,
+                "anchors": anchor_info,
+                "ranks": dict(fused.ranks),
+                "fused_score": fused.score,
+                "matched_units": {s: h.id for s, h in fused.best_units.items()},
+                "reasons": list(plan.reasons),
+                "neighbor_window": plan.neighbor_window,
+                "match": "retrieved",
+            }
+            out.append(NodeWithScore(node=node, score=fused.score))
+            out.extend(NodeWithScore(node=img, score=fused.score) for img in images.get(fused.round_id, []))
+        return out
+

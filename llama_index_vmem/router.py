@@ -1,0 +1,180 @@
+"""Routing: the (query modality, target modality) case and everything it fixes, with no LLM call.
+
+Every keyword rule of V-Mem lives here (Appendix B): which questions want an image, which count
+images (the hypo-caption gate), which aggregate over the whole history (no neighbours, wider k),
+and which ask about a contradiction (conflict prompt). The retriever only reads the ``RoutePlan``.
+Replace a rule by passing your own ``KeywordRules`` or subclassing ``ModalityRouter``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Optional, Pattern, Tuple
+
+from llama_index.core.schema import QueryBundle
+
+from . import schema
+from .config import VMemConfig
+from .store.base import Collection
+
+_IMAGE_NOUNS = r"(?:images?|photos?|photographs?|pictures?|pics?|screenshots?|illustrations?)"
+
+
+def _rx(pattern: str) -> Pattern[str]:
+    return re.compile(pattern, re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class KeywordRules:
+    """The wording rules. Each is a regular expression matched against the question text."""
+
+    #: Asks *which* image/photo/picture: "Which image shown on 2024-06-17 ...", "which of the photos".
+    #: Up to two plain words may sit between (``which of the images``); "which city is in the
+    #: picture" does not match, so a fact about a picture stays a text target.
+    which_image: Pattern[str] = _rx(rf"\bwhich\s+(?:[a-z]+\s+){{0,2}}?{_IMAGE_NOUNS}\b")
+    #: Counts images: "how many pictures of dogs ...". Image target, and no hypo-caption.
+    count_images: Pattern[str] = _rx(rf"\bhow\s+many\s+(?:[a-z]+\s+){{0,2}}?{_IMAGE_NOUNS}\b")
+    #: Asks to be shown an image: "show me the photo of ...".
+    show_image: Pattern[str] = _rx(rf"\b(?:show|send|find)\s+(?:me\s+)?(?:the|a|that|those|all)?\s*(?:[a-z]+\s+){{0,2}}?{_IMAGE_NOUNS}\b")
+    #: Aggregation: counting, enumeration, or a set of items ("what books has ...").
+    aggregation: Pattern[str] = _rx(
+        r"\bhow\s+many\b|\blist\b|\benumerate\b|\bin\s+what\s+ways\b|\bname\s+all\b|\bwhat\s+are\s+(?:all|some)\b"
+        r"|\bwhat\s+(?:[a-z]+\s+){0,2}?[a-z]+s\s+(?:has|have|did|does|do)\b"
+    )
+    #: Contradiction questions take the conflict prompt.
+    conflict: Pattern[str] = _rx(r"\bconflict\w*|\bcontradict\w*|\binconsisten\w*")
+
+
+class Case(str, Enum):
+    TEXT_TO_TEXT = "text->text"
+    TEXT_TO_IMAGE = "text->image"
+    IMAGE_TEXT_TO_TEXT = "image+text->text"
+    IMAGE_TEXT_TO_IMAGE = "image+text->image"
+
+
+class Anchor(str, Enum):
+    """What a signal searches with."""
+
+    QUERY = "query"  # the raw question text
+    HYPO_CAPTION = "hypo_caption"  # an LLM-written caption of the wanted image
+    ENRICHED = "enriched"  # question text plus keywords a vision LLM read off the attached image
+    QUERY_IMAGE = "query_image"  # the attached image's pixels
+    QUERY_IMAGE_CAPTION = "query_image_caption"  # the attached image, known only by its caption
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One way of scoring units: a named vector of one collection, searched with one anchor."""
+
+    name: str
+    collection: Collection
+    vector: str
+    anchor: Anchor
+
+    @property
+    def is_visual(self) -> bool:
+        return self.vector == schema.VISUAL
+
+
+@dataclass(frozen=True)
+class RoutePlan:
+    """Everything a case fixes; the retriever executes it and decides nothing."""
+
+    case: Case
+    signals: Tuple[Signal, ...]
+    k: int
+    neighbor_window: int
+    #: Image targets: only rounds holding an image, or next to one within this many rounds, are
+    #: searched and returned (Appendix B's image-round filter); None turns the filter off.
+    image_filter_window: Optional[int]
+    #: Return the image units of the top rounds (image targets).
+    return_images: bool
+    #: ``"answer"`` or ``"conflict"``.
+    answer_prompt: str
+    counting: bool
+    aggregation: bool
+    config: VMemConfig
+    reasons: Tuple[str, ...] = field(default=())
+
+    @property
+    def anchors(self) -> Tuple[Anchor, ...]:
+        return tuple(dict.fromkeys(s.anchor for s in self.signals))
+
+
+def _text_signals(anchor: Anchor) -> Tuple[Signal, ...]:
+    return (
+        Signal("text_dense", Collection.TEXT, schema.TEXT_DENSE, anchor),
+        Signal("text_bm25", Collection.TEXT, schema.TEXT_SPARSE, anchor),
+    )
+
+
+def _caption_signals(anchor: Anchor) -> Tuple[Signal, ...]:
+    return (
+        Signal("caption_dense", Collection.IMAGE, schema.TEXT_DENSE, anchor),
+        Signal("caption_bm25", Collection.IMAGE, schema.TEXT_SPARSE, anchor),
+    )
+
+
+def _visual_signals(has_pixels: bool) -> Tuple[Signal, ...]:
+    """The query image by its pixels, or by its caption when it came without pixels (never faked)."""
+    if has_pixels:
+        return (Signal("visual", Collection.IMAGE, schema.VISUAL, Anchor.QUERY_IMAGE),)
+    return _caption_signals(Anchor.QUERY_IMAGE_CAPTION)
+
+
+class ModalityRouter:
+    """Reads a ``QueryBundle`` (text, optional ``image_path``) and returns its ``RoutePlan``."""
+
+    def __init__(self, rules: Optional[KeywordRules] = None) -> None:
+        self.rules = rules or KeywordRules()
+
+    def target_is_image(self, question: str) -> bool:
+        r = self.rules
+        return bool(r.which_image.search(question) or r.count_images.search(question) or r.show_image.search(question))
+
+    def route(self, query: QueryBundle, config: VMemConfig) -> RoutePlan:
+        question = query.query_str
+        has_pixels = bool(query.image_path)
+        has_image = has_pixels or bool(getattr(query, "image_caption", None))  # VMemQueryBundle
+        wants_image = self.target_is_image(question)
+        counting = bool(self.rules.count_images.search(question))
+        aggregation = config.aggregation_enabled and bool(self.rules.aggregation.search(question))
+        conflict = bool(self.rules.conflict.search(question))
+        reasons = [
+            f"query modality: {'image+text' if has_image else 'text'} ({'image attached' if has_image else 'no image'})",
+            f"target modality: {'image' if wants_image else 'text'} (keyword rule)",
+        ]
+        if has_image and wants_image:
+            case = Case.IMAGE_TEXT_TO_IMAGE
+            signals = _visual_signals(has_pixels)
+        elif has_image:
+            case = Case.IMAGE_TEXT_TO_TEXT
+            signals = _visual_signals(has_pixels) + _text_signals(Anchor.ENRICHED)
+        elif wants_image:
+            case = Case.TEXT_TO_IMAGE
+            gate = counting and config.hypo_caption_counting_gate
+            if gate:
+                reasons.append("counting question: hypo-caption skipped")
+            signals = _text_signals(Anchor.QUERY) + _caption_signals(Anchor.QUERY if gate else Anchor.HYPO_CAPTION)
+        else:
+            case = Case.TEXT_TO_TEXT
+            signals = _text_signals(Anchor.QUERY)
+        if aggregation:
+            reasons.append("aggregation question: no neighbours, k widened")
+        if conflict:
+            reasons.append("conflict question: conflict prompt")
+        return RoutePlan(
+            case=case,
+            signals=signals,
+            k=config.aggregation_k if aggregation else config.k,
+            neighbor_window=0 if aggregation else config.neighbor_window,
+            image_filter_window=config.image_filter_window if wants_image else None,
+            return_images=wants_image,
+            answer_prompt="conflict" if conflict else "answer",
+            counting=counting,
+            aggregation=aggregation,
+            config=config,
+            reasons=tuple(reasons),
+        )

@@ -1,0 +1,145 @@
+"""Ids, payload keys and node <-> payload conversion: the one vocabulary every module shares.
+
+A *round* is one user/assistant exchange; its *units* are its text spans and images. Rounds and
+units are LlamaIndex nodes in memory and Qdrant points on disk; this module is the only place
+that knows how one becomes the other, so a payload key is renamed here or nowhere.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Dict, List, Optional
+
+from llama_index.core.schema import (
+    ImageNode,
+    QueryBundle,
+    NodeRelationship,
+    RelatedNodeInfo,
+    TextNode,
+)
+
+# Payload keys (points of every lane and of the round store).
+MEMORY_ID = "memory_id"
+ROUND_ID = "round_id"
+ROUND_KEY = "round_key"
+SEQ = "seq"
+SESSION_ID = "session_id"
+TIMESTAMP = "timestamp"
+TEXT = "text"
+# Unit-only keys.
+UNIT_INDEX = "unit_index"
+MODALITY = "modality"
+ROLE = "role"
+IMAGE_ID = "image_id"
+IMAGE_PATH = "image_path"
+CAPTION = "caption"
+HAS_PIXELS = "has_pixels"
+ROUND_HAS_IMAGE = "round_has_image"
+# Round-only keys.
+IMAGE_IDS = "image_ids"
+UNIT_IDS = "unit_ids"
+PREV_ROUND_ID = "prev_round_id"
+
+#: Keys that get a payload index in every collection (tenant key first).
+INDEXED_KEYWORDS = (MEMORY_ID, ROUND_ID, SESSION_ID)
+INDEXED_INTEGERS = (SEQ,)
+INDEXED_BOOLS = (ROUND_HAS_IMAGE,)
+
+# Named vectors.
+TEXT_DENSE = "text_dense"
+TEXT_SPARSE = "text_sparse"
+VISUAL = "visual"
+
+
+class Lane(str, Enum):
+    """A lane indexes the units of one modality."""
+
+    TEXT = "text"
+    IMAGE = "image"
+
+
+class Role(str, Enum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    AUDIO = "audio"
+    IMAGE = "image"
+
+
+_NAMESPACE = uuid.UUID("6f1d3c1e-8a51-4b7e-9a8e-2f0c6d6b9a10")
+
+
+def round_id(memory_id: str, round_key: str) -> str:
+    """Point id of a round: derived from (memory, key), so two memories never share one."""
+    return str(uuid.uuid5(_NAMESPACE, f"{memory_id}\x00{round_key}"))
+
+
+def unit_id(memory_id: str, round_key: str, index: int) -> str:
+    return str(uuid.uuid5(_NAMESPACE, f"{memory_id}\x00{round_key}\x00{index}"))
+
+
+def unit_to_payload(node: TextNode) -> Dict[str, Any]:
+    """The payload a unit node is stored with (its vectors are added by the store)."""
+    payload = dict(node.metadata)
+    payload[TEXT] = node.text
+    return payload
+
+
+def unit_from_payload(point_id: str, payload: Dict[str, Any]) -> TextNode:
+    """Rebuild a unit node: an ``ImageNode`` for images (path, never base64), else a ``TextNode``."""
+    metadata = {k: v for k, v in payload.items() if k != TEXT}
+    parent = RelatedNodeInfo(node_id=payload[ROUND_ID])
+    if payload.get(MODALITY) == Lane.IMAGE.value:
+        node: TextNode = ImageNode(
+            id_=point_id,
+            text=payload.get(TEXT, ""),
+            image_path=payload.get(IMAGE_PATH),
+            metadata=metadata,
+        )
+    else:
+        node = TextNode(id_=point_id, text=payload.get(TEXT, ""), metadata=metadata)
+    node.relationships[NodeRelationship.PARENT] = parent
+    node.excluded_embed_metadata_keys = list(metadata)
+    node.excluded_llm_metadata_keys = list(metadata)
+    return node
+
+
+def round_to_payload(node: TextNode) -> Dict[str, Any]:
+    payload = dict(node.metadata)
+    payload[TEXT] = node.text
+    return payload
+
+
+def round_from_payload(point_id: str, payload: Dict[str, Any]) -> TextNode:
+    """Rebuild a round parent node with its CHILD links (neighbour links are set by the caller)."""
+    metadata = {k: v for k, v in payload.items() if k != TEXT}
+    node = TextNode(id_=point_id, text=payload.get(TEXT, ""), metadata=metadata)
+    node.relationships[NodeRelationship.CHILD] = [
+        RelatedNodeInfo(node_id=uid) for uid in payload.get(UNIT_IDS, [])
+    ]
+    node.excluded_embed_metadata_keys = list(metadata)
+    node.excluded_llm_metadata_keys = list(metadata)
+    return node
+
+
+def round_header(metadata: Dict[str, Any]) -> str:
+    """Readable identity of a round: ``session D1, round D1:3, 2024-06-17``."""
+    parts = []
+    if metadata.get(SESSION_ID):
+        parts.append(f"session {metadata[SESSION_ID]}")
+    parts.append(f"round {metadata.get(ROUND_KEY, '?')}")
+    if metadata.get(TIMESTAMP):
+        parts.append(str(metadata[TIMESTAMP]))
+    return ", ".join(parts)
+
+
+@dataclass
+class VMemQueryBundle(QueryBundle):
+    """A ``QueryBundle`` whose attached image may also (or only) be known by a caption.
+
+    ``image_caption`` fills the attached-image note; an image given by caption alone (no
+    ``image_path``) is matched through stored captions, never through a made-up visual vector.
+    """
+
+    image_caption: Optional[str] = None

@@ -1,0 +1,102 @@
+"""The lane store interface both backends implement, and the scope every call is limited to.
+
+Three collections: the text lane (text units), the image lane (image units) and the round store
+(one payload-only point per round, written last, so a round is visible only once whole). Every
+read and write takes a ``Scope`` whose ``memory_id`` is mandatory: no call can reach another
+memory's points, whatever ids or filters it is given.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from ..encoders.bm25 import Sparse
+
+Vector = Union[List[float], Sparse]
+
+
+class Collection(str, Enum):
+    TEXT = "text"
+    IMAGE = "image"
+    ROUNDS = "rounds"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which points a call may touch: always one memory, optionally narrowed further."""
+
+    memory_id: str
+    round_ids: Optional[Tuple[str, ...]] = None
+    round_has_image: Optional[bool] = None
+    seqs: Optional[Tuple[int, ...]] = None
+    seq_range: Optional[Tuple[int, int]] = None
+    session_id: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.memory_id, str) or not self.memory_id:
+            raise ValueError("a store call needs a non-empty memory_id")
+
+    @property
+    def is_empty(self) -> bool:
+        """An explicit empty id or seq list matches nothing (and must not mean 'no filter')."""
+        return (self.round_ids is not None and not self.round_ids) or (self.seqs is not None and not self.seqs)
+
+
+@dataclass
+class PointData:
+    id: str
+    payload: Dict[str, Any]
+    vectors: Dict[str, Vector] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    score: float
+    payload: Dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LaneDims:
+    """Dense sizes fixed when the collections are created."""
+
+    text: int
+    visual: int
+
+
+class LaneStore(abc.ABC):
+    """What V-Mem needs from Qdrant; one instance serves every memory of a process."""
+
+    @abc.abstractmethod
+    def ensure_collections(self, dims: LaneDims, manifest: Dict[str, Any]) -> None:
+        """Create the collections once, or check an existing store matches ``dims``/``manifest``."""
+
+    @abc.abstractmethod
+    def upsert(self, collection: Collection, points: Sequence[PointData]) -> None: ...
+
+    @abc.abstractmethod
+    def search(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]: ...
+
+    @abc.abstractmethod
+    def scroll(self, collection: Collection, scope: Scope, limit: Optional[int] = None) -> List[Hit]:
+        """Points in scope ordered by ``seq`` (then unit index), up to ``limit``."""
+
+    @abc.abstractmethod
+    def count(self, collection: Collection, scope: Scope) -> int: ...
+
+    @abc.abstractmethod
+    def max_seq(self, scope: Scope) -> int:
+        """Highest round ``seq`` stored in scope, 0 if none."""
+
+    @abc.abstractmethod
+    def delete(self, collection: Collection, scope: Scope) -> None: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def retrieve_rounds(self, scope: Scope) -> List[Hit]:
+        """Round records in scope, ordered by ``seq``."""
+        return self.scroll(Collection.ROUNDS, scope)

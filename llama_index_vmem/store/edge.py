@@ -1,0 +1,169 @@
+"""Qdrant Edge (``qdrant-edge-py``): the embedded default, one on-disk shard per collection.
+
+A shard directory is locked by the process that opens it, so ``open_edge_store`` hands every
+memory and handle of a process the same open store and closes it with the last one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import qdrant_edge as qe
+
+from .. import schema
+from ..encoders.bm25 import Sparse
+from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector
+
+MANIFEST = "manifest.json"
+_SCROLL_PAGE = 1024
+_registry: Dict[str, "EdgeLaneStore"] = {}
+_registry_lock = threading.Lock()
+
+
+def open_edge_store(path: os.PathLike | str) -> "EdgeLaneStore":
+    """The process-wide open store for ``path`` (shared, reference counted)."""
+    key = str(Path(path).resolve())
+    with _registry_lock:
+        store = _registry.get(key)
+        if store is None:
+            store = _registry[key] = EdgeLaneStore(Path(key))
+        store._refs += 1
+        return store
+
+
+class EdgeLaneStore(LaneStore):
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._shards: Dict[Collection, qe.EdgeShard] = {}
+        self._refs = 0
+        self._lock = threading.Lock()
+
+    def ensure_collections(self, dims: LaneDims, manifest: Dict[str, Any]) -> None:
+        with self._lock:
+            if self._shards:
+                return
+            manifest_path = self.path / MANIFEST
+            if manifest_path.exists():
+                stored = json.loads(manifest_path.read_text())
+                if stored != manifest:
+                    raise ValueError(
+                        f"store at {self.path} was built with {stored}; this memory asks for {manifest}"
+                    )
+                for c in Collection:
+                    self._shards[c] = qe.EdgeShard.load(str(self.path / c.value))
+                return
+            self.path.mkdir(parents=True, exist_ok=True)
+            for c in Collection:
+                shard = qe.EdgeShard.create(str(self.path / c.value), _config(c, dims))
+                for key in schema.INDEXED_KEYWORDS:
+                    shard.update(qe.UpdateOperation.create_field_index(key, qe.KeywordIndexParams(is_tenant=key == schema.MEMORY_ID)))
+                for key in schema.INDEXED_INTEGERS:
+                    shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Integer))
+                for key in schema.INDEXED_BOOLS:
+                    shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Bool))
+                self._shards[c] = shard
+            tmp = manifest_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+            os.replace(tmp, manifest_path)
+
+    def upsert(self, collection: Collection, points: Sequence[PointData]) -> None:
+        if points:
+            self._shards[collection].update(
+                qe.UpdateOperation.upsert_points([qe.Point(p.id, _vectors(p.vectors), p.payload) for p in points])
+            )
+
+    def search(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
+        if scope.is_empty or (isinstance(vector, Sparse) and not vector):
+            return []
+        query = qe.Query.Nearest(_vector(vector), using=using)
+        found = self._shards[collection].query(
+            qe.QueryRequest(limit=limit, query=query, filter=_filter(scope), with_payload=True)
+        )
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found]
+
+    def scroll(self, collection: Collection, scope: Scope, limit: Optional[int] = None) -> List[Hit]:
+        if scope.is_empty:
+            return []
+        out: List[Hit] = []
+        offset = None
+        while True:
+            records, offset = self._shards[collection].scroll(
+                qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, filter=_filter(scope), with_payload=True)
+            )
+            out.extend(Hit(str(r.id), 0.0, dict(r.payload or {})) for r in records)
+            if offset is None:
+                break
+        out.sort(key=lambda h: (h.payload.get(schema.SEQ, 0), h.payload.get(schema.UNIT_INDEX, 0)))
+        return out[:limit] if limit is not None else out
+
+    def count(self, collection: Collection, scope: Scope) -> int:
+        if scope.is_empty:
+            return 0
+        return int(self._shards[collection].count(qe.CountRequest(exact=True, filter=_filter(scope))))
+
+    def max_seq(self, scope: Scope) -> int:
+        records, _ = self._shards[Collection.ROUNDS].scroll(
+            qe.ScrollRequest(limit=1, filter=_filter(scope), with_payload=True,
+                             order_by=qe.OrderBy(schema.SEQ, qe.Direction.Desc))
+        )
+        return int(records[0].payload[schema.SEQ]) if records else 0
+
+    def delete(self, collection: Collection, scope: Scope) -> None:
+        if not scope.is_empty:
+            self._shards[collection].update(qe.UpdateOperation.delete_points_by_filter(_filter(scope)))
+
+    def optimize(self) -> None:
+        """Build HNSW indexes (seconds per 10k points): call after bulk loads, not per insert."""
+        for shard in self._shards.values():
+            shard.optimize()
+
+    def close(self) -> None:
+        with _registry_lock:
+            self._refs -= 1
+            if self._refs > 0:
+                return
+            _registry.pop(str(self.path), None)
+        for shard in self._shards.values():
+            shard.flush()
+            shard.close()
+        self._shards.clear()
+
+
+def _config(collection: Collection, dims: LaneDims) -> qe.EdgeConfig:
+    sparse = {schema.TEXT_SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
+    text = qe.EdgeVectorParams(size=dims.text, distance=qe.Distance.Cosine)
+    if collection is Collection.TEXT:
+        return qe.EdgeConfig(vectors={schema.TEXT_DENSE: text}, sparse_vectors=sparse)
+    if collection is Collection.IMAGE:
+        visual = qe.EdgeVectorParams(size=dims.visual, distance=qe.Distance.Cosine)
+        return qe.EdgeConfig(vectors={schema.TEXT_DENSE: text, schema.VISUAL: visual}, sparse_vectors=sparse)
+    # The round store holds payloads only; Edge requires at least one (unused) vector.
+    return qe.EdgeConfig(sparse_vectors={"unused": qe.EdgeSparseVectorParams()})
+
+
+def _vector(v: Vector) -> Any:
+    return qe.SparseVector(list(v.indices), list(v.values)) if isinstance(v, Sparse) else list(v)
+
+
+def _vectors(vectors: Dict[str, Vector]) -> Dict[str, Any]:
+    return {name: _vector(v) for name, v in vectors.items() if not (isinstance(v, Sparse) and not v)}
+
+
+def _filter(scope: Scope) -> qe.Filter:
+    must: List[Any] = [qe.FieldCondition(key=schema.MEMORY_ID, match=qe.MatchValue(scope.memory_id))]
+    if scope.round_ids is not None:
+        must.append(qe.FieldCondition(key=schema.ROUND_ID, match=qe.MatchAny(list(scope.round_ids))))
+    if scope.seqs is not None:
+        must.append(qe.FieldCondition(key=schema.SEQ, match=qe.MatchAny(list(scope.seqs))))
+    if scope.round_has_image is not None:
+        must.append(qe.FieldCondition(key=schema.ROUND_HAS_IMAGE, match=qe.MatchValue(scope.round_has_image)))
+    if scope.session_id is not None:
+        must.append(qe.FieldCondition(key=schema.SESSION_ID, match=qe.MatchValue(scope.session_id)))
+    if scope.seq_range is not None:
+        lo, hi = scope.seq_range
+        must.append(qe.FieldCondition(key=schema.SEQ, range=qe.RangeFloat(gte=lo, lte=hi)))
+    return qe.Filter(must=must)

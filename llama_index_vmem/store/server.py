@@ -1,0 +1,146 @@
+"""A Qdrant server or cluster through ``qdrant-client`` (``url=``), or its local mode in tests.
+
+Each lane is one collection shared by all memories, with ``memory_id`` as the tenant key
+(Qdrant's multitenancy pattern); collections and payload indexes are created once and reused.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+from qdrant_client import QdrantClient, models
+
+from .. import schema
+from ..encoders.bm25 import Sparse
+from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector
+
+_SCROLL_PAGE = 1024
+
+
+class ServerLaneStore(LaneStore):
+    """``client`` is any ``QdrantClient``: ``QdrantClient(url=...)`` for a server, ``location=":memory:"`` in tests."""
+
+    def __init__(self, client: QdrantClient, prefix: str = "vmem") -> None:
+        self.client = client
+        self.prefix = prefix
+
+    def name(self, collection: Collection) -> str:
+        return f"{self.prefix}_{collection.value}"
+
+    def ensure_collections(self, dims: LaneDims, manifest: Dict[str, Any]) -> None:
+        for c in Collection:
+            name = self.name(c)
+            if self.client.collection_exists(name):
+                _check_dims(name, self.client.get_collection(name), c, dims)
+                continue
+            self.client.create_collection(name, vectors_config=_dense_config(c, dims), sparse_vectors_config=_sparse_config(c))
+            self.client.create_payload_index(
+                name, schema.MEMORY_ID,
+                field_schema=models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True),
+            )
+            for key in schema.INDEXED_KEYWORDS[1:]:
+                self.client.create_payload_index(name, key, field_schema=models.PayloadSchemaType.KEYWORD)
+            for key in schema.INDEXED_INTEGERS:
+                self.client.create_payload_index(
+                    name, key, field_schema=models.IntegerIndexParams(type=models.IntegerIndexType.INTEGER, lookup=True, range=True)
+                )
+            for key in schema.INDEXED_BOOLS:
+                self.client.create_payload_index(name, key, field_schema=models.PayloadSchemaType.BOOL)
+
+    def upsert(self, collection: Collection, points: Sequence[PointData]) -> None:
+        if points:
+            self.client.upsert(
+                self.name(collection),
+                points=[models.PointStruct(id=p.id, vector=_vectors(p.vectors), payload=p.payload) for p in points],
+                wait=True,
+            )
+
+    def search(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
+        if scope.is_empty or (isinstance(vector, Sparse) and not vector):
+            return []
+        result = self.client.query_points(
+            self.name(collection), query=_vector(vector), using=using, query_filter=_filter(scope),
+            limit=limit, with_payload=True,
+        )
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
+
+    def scroll(self, collection: Collection, scope: Scope, limit: Optional[int] = None) -> List[Hit]:
+        if scope.is_empty:
+            return []
+        out: List[Hit] = []
+        offset = None
+        while True:
+            records, offset = self.client.scroll(
+                self.name(collection), scroll_filter=_filter(scope), limit=_SCROLL_PAGE, offset=offset, with_payload=True
+            )
+            out.extend(Hit(str(r.id), 0.0, dict(r.payload or {})) for r in records)
+            if offset is None:
+                break
+        out.sort(key=lambda h: (h.payload.get(schema.SEQ, 0), h.payload.get(schema.UNIT_INDEX, 0)))
+        return out[:limit] if limit is not None else out
+
+    def count(self, collection: Collection, scope: Scope) -> int:
+        if scope.is_empty:
+            return 0
+        return int(self.client.count(self.name(collection), count_filter=_filter(scope), exact=True).count)
+
+    def max_seq(self, scope: Scope) -> int:
+        records, _ = self.client.scroll(
+            self.name(Collection.ROUNDS), scroll_filter=_filter(scope), limit=1, with_payload=True,
+            order_by=models.OrderBy(key=schema.SEQ, direction=models.Direction.DESC),
+        )
+        return int(records[0].payload[schema.SEQ]) if records else 0
+
+    def delete(self, collection: Collection, scope: Scope) -> None:
+        if not scope.is_empty:
+            self.client.delete(self.name(collection), points_selector=models.FilterSelector(filter=_filter(scope)), wait=True)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _dense_config(c: Collection, dims: LaneDims) -> Dict[str, models.VectorParams]:
+    text = models.VectorParams(size=dims.text, distance=models.Distance.COSINE)
+    if c is Collection.TEXT:
+        return {schema.TEXT_DENSE: text}
+    if c is Collection.IMAGE:
+        return {schema.TEXT_DENSE: text, schema.VISUAL: models.VectorParams(size=dims.visual, distance=models.Distance.COSINE)}
+    return {}
+
+
+def _sparse_config(c: Collection) -> Optional[Dict[str, models.SparseVectorParams]]:
+    if c is Collection.ROUNDS:
+        return None
+    return {schema.TEXT_SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+
+
+def _check_dims(name: str, info: Any, c: Collection, dims: LaneDims) -> None:
+    vectors = info.config.params.vectors or {}
+    for vname, params in _dense_config(c, dims).items():
+        have = vectors.get(vname) if isinstance(vectors, dict) else None
+        if have is None or have.size != params.size:
+            raise ValueError(f"collection {name} has {vname}={getattr(have, 'size', None)}, this memory needs {params.size}")
+
+
+def _vector(v: Vector) -> Any:
+    return models.SparseVector(indices=list(v.indices), values=list(v.values)) if isinstance(v, Sparse) else list(v)
+
+
+def _vectors(vectors: Dict[str, Vector]) -> Dict[str, Any]:
+    return {name: _vector(v) for name, v in vectors.items() if not (isinstance(v, Sparse) and not v)}
+
+
+def _filter(scope: Scope) -> models.Filter:
+    must: List[Any] = [models.FieldCondition(key=schema.MEMORY_ID, match=models.MatchValue(value=scope.memory_id))]
+    if scope.round_ids is not None:
+        must.append(models.FieldCondition(key=schema.ROUND_ID, match=models.MatchAny(any=list(scope.round_ids))))
+    if scope.seqs is not None:
+        must.append(models.FieldCondition(key=schema.SEQ, match=models.MatchAny(any=list(scope.seqs))))
+    if scope.round_has_image is not None:
+        must.append(models.FieldCondition(key=schema.ROUND_HAS_IMAGE, match=models.MatchValue(value=scope.round_has_image)))
+    if scope.session_id is not None:
+        must.append(models.FieldCondition(key=schema.SESSION_ID, match=models.MatchValue(value=scope.session_id)))
+    if scope.seq_range is not None:
+        lo, hi = scope.seq_range
+        must.append(models.FieldCondition(key=schema.SEQ, range=models.Range(gte=lo, lte=hi)))
+    return models.Filter(must=must)
