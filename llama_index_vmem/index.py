@@ -75,6 +75,7 @@ class VMemIndex:
         self.image_dir = Path(image_dir) / hashlib.sha256(memory_id.encode()).hexdigest()[:16]
         self._parser = RoundNodeParser(memory_id=memory_id, image_dir=str(self.image_dir), transcriber=transcriber)
         self._tempdir = owns_tempdir
+        self._closed = False
         self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
         store.ensure_collections(self._dims(), self._manifest())
 
@@ -341,6 +342,10 @@ class VMemIndex:
         return VMemQueryEngine(retriever=self.as_retriever(llm=llm, **kwargs), llm=llm, **engine_kwargs)
 
     def close(self) -> None:
+        """Release the store (shared stores close with their last handle); safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
         self.store.close()
         if self._tempdir is not None:
             self._tempdir.cleanup()

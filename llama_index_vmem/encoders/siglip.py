@@ -24,6 +24,7 @@ class SiglipImageEncoder(MultiModalEmbedding):
     embed_batch_size: int = Field(default=16, gt=0)
     _model: Any = PrivateAttr(default=None)
     _processor: Any = PrivateAttr(default=None)
+    _tokenizer: Any = PrivateAttr(default=None)
 
     @classmethod
     def class_name(cls) -> str:
@@ -35,9 +36,9 @@ class SiglipImageEncoder(MultiModalEmbedding):
 
     def _load(self) -> Any:
         if self._model is None:
-            from transformers import AutoModel, AutoProcessor
+            from transformers import AutoImageProcessor, AutoModel
 
-            self._processor = AutoProcessor.from_pretrained(self.model_name, local_files_only=self.local_files_only)
+            self._processor = AutoImageProcessor.from_pretrained(self.model_name, local_files_only=self.local_files_only)
             self._model = AutoModel.from_pretrained(self.model_name, local_files_only=self.local_files_only)
             self._model = self._model.to(self.device).eval()
         return self._model, self._processor
@@ -60,8 +61,12 @@ class SiglipImageEncoder(MultiModalEmbedding):
     def _get_text_embeddings(self, texts: List[str]) -> List[List[float]]:
         import torch
 
-        model, processor = self._load()
-        inputs = processor(text=texts, padding="max_length", truncation=True, return_tensors="pt").to(self.device)
+        model, _ = self._load()
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.model_name, local_files_only=self.local_files_only)
+        inputs = self._tokenizer(texts, padding="max_length", truncation=True, return_tensors="pt").to(self.device)
         with torch.inference_mode():
             feats = _as_tensor(model.get_text_features(**inputs))
         return torch.nn.functional.normalize(feats, dim=-1).tolist()

@@ -1,0 +1,119 @@
+"""Shared fixtures: the real packaged MiniLM, a tiny real SigLIP built at test time, real photos
+(scikit-image's bundled samples) and a scripted LLM that records every prompt it was sent."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Sequence
+
+import pytest
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    CompletionResponse,
+    CompletionResponseGen,
+    LLMMetadata,
+    MessageRole,
+)
+from llama_index.core.llms import CustomLLM
+from pydantic import PrivateAttr
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+class ScriptedLLM(CustomLLM):
+    """Answers by the first rule whose key occurs in the prompt; records what it was sent."""
+
+    _rules: List[tuple] = PrivateAttr(default_factory=list)
+    _default: str = PrivateAttr(default="")
+    prompts: List[str] = []
+    chats: List[Sequence[ChatMessage]] = []
+
+    def __init__(self, rules: Dict[str, str] | None = None, default: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._rules = list((rules or {}).items())
+        self._default = default
+        self.prompts = []
+        self.chats = []
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name="scripted", is_chat_model=False)
+
+    def _reply(self, prompt: str) -> str:
+        return next((reply for key, reply in self._rules if key in prompt), self._default)
+
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        self.prompts.append(prompt)
+        return CompletionResponse(text=self._reply(prompt))
+
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+        yield self.complete(prompt)
+
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        self.chats.append(list(messages))
+        text = "\n".join(m.content or "" for m in messages)
+        self.prompts.append(text)
+        return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=self._reply(text)))
+
+
+@pytest.fixture
+def scripted_llm() -> Callable[..., ScriptedLLM]:
+    return ScriptedLLM
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    from llama_index_vmem.encoders import default_text_embedding
+
+    return default_text_embedding()
+
+
+@pytest.fixture(scope="session")
+def tiny_siglip(tmp_path_factory):
+    """A randomly initialised SigLIP saved to disk and reloaded offline: the real code path."""
+    from transformers import SiglipConfig, SiglipImageProcessor, SiglipModel
+
+    from llama_index_vmem.encoders import SiglipImageEncoder
+
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    config = SiglipConfig(
+        text_config=dict(small, vocab_size=100, max_position_embeddings=16),
+        vision_config=dict(small, image_size=32, patch_size=8),
+    )
+    directory = tmp_path_factory.mktemp("tiny-siglip")
+    SiglipModel(config).save_pretrained(directory)
+    SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(directory)
+    return SiglipImageEncoder(model_name=str(directory), local_files_only=True)
+
+
+@pytest.fixture(scope="session")
+def photos() -> Dict[str, Path]:
+    """Real photos bundled with scikit-image."""
+    import skimage
+
+    root = Path(skimage.__file__).parent / "data"
+    names = ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "horse.png", "camera.png", "hubble_deep_field.jpg"]
+    return {n.split(".")[0]: root / n for n in names}
+
+
+@pytest.fixture
+def make_index(tmp_path, minilm, tiny_siglip):
+    """Open VMemIndex instances on a temp dir; all are closed after the test."""
+    from llama_index_vmem import VMemIndex
+
+    opened = []
+
+    def make(**kwargs: Any) -> VMemIndex:
+        kwargs.setdefault("path", tmp_path / "memory")
+        kwargs.setdefault("embed_model", minilm)
+        kwargs.setdefault("image_encoder", tiny_siglip)
+        index = VMemIndex.from_defaults(**kwargs)
+        opened.append(index)
+        return index
+
+    yield make
+    for index in opened:
+        index.close()
