@@ -280,7 +280,6 @@ class RoundNodeParser(NodeParser):
             schema.SESSION_ID: session,
             schema.TIMESTAMP: r.timestamp,
             schema.SEQ: seq,
-            schema.ROUND_HAS_IMAGE: bool(r.images),
         }
         pending: Dict[Path, images.LoadedImage] = {}
         image_units: List[Dict[str, Any]] = []

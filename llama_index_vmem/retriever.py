@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
@@ -103,20 +103,23 @@ class VMemRetriever(BaseRetriever):
         plan = self.route(query_bundle)
         anchors = {a: self._anchor(a, query_bundle) for a in plan.anchors}
         eligible = self._eligible_seqs(plan)
-        rankings: Dict[str, List[Hit]] = {}
-        for signal in plan.signals:
-            rankings[signal.name] = rank_rounds(self._search(signal, anchors[signal.anchor], query_bundle, eligible))
-        fused = rrf(rankings, self.config.rrf_kappa)
-        fallback = False
+        rankings, fused = self._rank(plan, anchors, query_bundle, eligible)
         if eligible is not None:
-            kept = [r for r in fused if r.seq in eligible]
-            fallback = not kept
-            fused = kept or fused
+            fused = [r for r in fused if r.seq in eligible]
+        fallback = eligible is not None and not fused
+        if fallback:  # the filter would remove every candidate: keep the unfiltered ranking
+            rankings, fused = self._rank(plan, anchors, query_bundle, None)
         top = fused[: plan.k]
         nodes = self._nodes(plan, anchors, top)
         visual = next((h for s in plan.signals if s.is_visual for h in rankings[s.name][:1]), None)
         logger.debug("route %s, %d rounds, anchors %s", plan.case.value, len(top), anchors)
         return RetrievalResult(plan, anchors, top, nodes, visual_match=visual, filter_fallback=fallback)
+
+    def _rank(
+        self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], query: QueryBundle, eligible: Optional[set]
+    ) -> Tuple[Dict[str, List[Hit]], List[FusedRound]]:
+        rankings = {s.name: rank_rounds(self._search(s, anchors[s.anchor], query, eligible)) for s in plan.signals}
+        return rankings, rrf(rankings, self.config.rrf_kappa)
 
     def _anchor(self, anchor: Anchor, query: QueryBundle) -> AnchorValue:
         if anchor is Anchor.HYPO_CAPTION:
@@ -140,8 +143,8 @@ class VMemRetriever(BaseRetriever):
     def _eligible_seqs(self, plan: RoutePlan) -> Optional[set]:
         if plan.image_filter_window is None:
             return None
-        image_rounds = self._index.store.scroll(Collection.ROUNDS, self._index.scope(round_has_image=True))
-        return near_image_seqs((h.payload[schema.SEQ] for h in image_rounds), plan.image_filter_window)
+        image_units = self._index.store.scroll(Collection.IMAGE, self._index.scope())
+        return near_image_seqs((h.payload[schema.SEQ] for h in image_units), plan.image_filter_window)
 
     def _search(self, signal: Signal, anchor: AnchorValue, query: QueryBundle, eligible: Optional[set]) -> List[Hit]:
         index = self._index

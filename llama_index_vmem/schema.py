@@ -36,7 +36,6 @@ IMAGE_ID = "image_id"
 IMAGE_PATH = "image_path"
 CAPTION = "caption"
 HAS_PIXELS = "has_pixels"
-ROUND_HAS_IMAGE = "round_has_image"
 # Round-only keys.
 IMAGE_IDS = "image_ids"
 UNIT_IDS = "unit_ids"
@@ -45,7 +44,6 @@ PREV_ROUND_ID = "prev_round_id"
 #: Keys that get a payload index in every collection (tenant key first).
 INDEXED_KEYWORDS = (MEMORY_ID, ROUND_ID, SESSION_ID)
 INDEXED_INTEGERS = (SEQ,)
-INDEXED_BOOLS = (ROUND_HAS_IMAGE,)
 
 # Named vectors.
 TEXT_DENSE = "text_dense"

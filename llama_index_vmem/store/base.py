@@ -30,7 +30,6 @@ class Scope:
 
     memory_id: str
     round_ids: Optional[Tuple[str, ...]] = None
-    round_has_image: Optional[bool] = None
     seqs: Optional[Tuple[int, ...]] = None
     seq_range: Optional[Tuple[int, int]] = None
     session_id: Optional[str] = None

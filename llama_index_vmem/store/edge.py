@@ -63,8 +63,6 @@ class EdgeLaneStore(LaneStore):
                     shard.update(qe.UpdateOperation.create_field_index(key, qe.KeywordIndexParams(is_tenant=key == schema.MEMORY_ID)))
                 for key in schema.INDEXED_INTEGERS:
                     shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Integer))
-                for key in schema.INDEXED_BOOLS:
-                    shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Bool))
                 self._shards[c] = shard
             tmp = manifest_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
@@ -159,8 +157,6 @@ def _filter(scope: Scope) -> qe.Filter:
         must.append(qe.FieldCondition(key=schema.ROUND_ID, match=qe.MatchAny(list(scope.round_ids))))
     if scope.seqs is not None:
         must.append(qe.FieldCondition(key=schema.SEQ, match=qe.MatchAny(list(scope.seqs))))
-    if scope.round_has_image is not None:
-        must.append(qe.FieldCondition(key=schema.ROUND_HAS_IMAGE, match=qe.MatchValue(scope.round_has_image)))
     if scope.session_id is not None:
         must.append(qe.FieldCondition(key=schema.SESSION_ID, match=qe.MatchValue(scope.session_id)))
     if scope.seq_range is not None:

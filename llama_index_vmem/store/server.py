@@ -44,8 +44,6 @@ class ServerLaneStore(LaneStore):
                 self.client.create_payload_index(
                     name, key, field_schema=models.IntegerIndexParams(type=models.IntegerIndexType.INTEGER, lookup=True, range=True)
                 )
-            for key in schema.INDEXED_BOOLS:
-                self.client.create_payload_index(name, key, field_schema=models.PayloadSchemaType.BOOL)
 
     def upsert(self, collection: Collection, points: Sequence[PointData]) -> None:
         if points:
@@ -136,8 +134,6 @@ def _filter(scope: Scope) -> models.Filter:
         must.append(models.FieldCondition(key=schema.ROUND_ID, match=models.MatchAny(any=list(scope.round_ids))))
     if scope.seqs is not None:
         must.append(models.FieldCondition(key=schema.SEQ, match=models.MatchAny(any=list(scope.seqs))))
-    if scope.round_has_image is not None:
-        must.append(models.FieldCondition(key=schema.ROUND_HAS_IMAGE, match=models.MatchValue(value=scope.round_has_image)))
     if scope.session_id is not None:
         must.append(models.FieldCondition(key=schema.SESSION_ID, match=models.MatchValue(value=scope.session_id)))
     if scope.seq_range is not None:

@@ -1,0 +1,461 @@
+"""Bad input: every kind raises ``VMemInputError`` naming the offending item and leaves the memory
+exactly as before the call (same rounds, same retrieval, same files under the image directory).
+
+Each test starts from a memory of two valid rounds (one with a real photo), snapshots it, makes
+one bad call and checks the snapshot again. The bad image is put where a partial write would show:
+as the second image of a round whose first image is new, and in the second round of a batch whose
+first round is valid.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
+
+import pytest
+from llama_index.core.base.llms.types import (
+    AudioBlock,
+    ChatMessage,
+    DocumentBlock,
+    ImageBlock,
+    MessageRole,
+    TextBlock,
+)
+from PIL import Image
+
+import llama_index_vmem.images as image_io
+from llama_index_vmem import VMemIndex, VMemInputError
+from llama_index_vmem import schema
+
+COFFEE_ROUND = {
+    "user": "I brewed a fresh espresso this morning",
+    "assistant": "Lovely crema on that coffee!",
+    "session_id": "D1",
+    "round_key": "D1:1",
+}
+HORSE_ROUND = {
+    "user": "We went horse riding along the beach",
+    "assistant": "That sounds like a great day out.",
+    "session_id": "D1",
+    "round_key": "D1:2",
+}
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def snapshot(index: VMemIndex) -> Dict[str, Any]:
+    """Everything a caller can observe: round count, what retrieval returns, files on disk."""
+    hits = index.as_retriever().retrieve("coffee")
+    files = sorted(str(p.relative_to(index.image_dir)) for p in index.image_dir.rglob("*"))
+    return {
+        "len": len(index),
+        "retrieved": [n.node.node_id for n in hits],
+        "retrieved_text": [n.node.get_content() for n in hits],
+        "files": files,
+    }
+
+
+def rejected(index: VMemIndex, call: Callable[[], Any], item: str) -> VMemInputError:
+    """``call`` raises VMemInputError for ``item`` and the memory is exactly as before."""
+    before = snapshot(index)
+    with pytest.raises(VMemInputError) as caught:
+        call()
+    err = caught.value
+    assert isinstance(err, ValueError)
+    assert err.item == item, f"error names {err.item!r}, expected {item!r}: {err}"
+    assert str(err).startswith(f"{item}: ")
+    assert snapshot(index) == before
+    return err
+
+
+def png_bytes(color: Tuple[int, int, int], size: int = 16) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (size, size), color).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def user(text: str = "", **kwargs: Any) -> ChatMessage:
+    return ChatMessage(role=MessageRole.USER, content=text, **kwargs)
+
+
+def assistant(text: str) -> ChatMessage:
+    return ChatMessage(role=MessageRole.ASSISTANT, content=text)
+
+
+# -- fixtures -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def memory(make_index, photos) -> VMemIndex:
+    """Two valid rounds, the first with a real photo of a cup of coffee."""
+    index = make_index()
+    coffee_image = {"image_id": "D1:IMG_001", "path": str(photos["coffee"]), "caption": "a cup of coffee"}
+    index.add_rounds([dict(COFFEE_ROUND, images=[coffee_image]), HORSE_ROUND])
+    assert len(index) == 2
+    assert len(list(index.image_dir.rglob("*"))) == 1
+    return index
+
+
+@pytest.fixture
+def fresh_image(tmp_path) -> Dict[str, Any]:
+    """A valid image not yet in the memory: storing it would add a file."""
+    path = tmp_path / "fresh.png"
+    path.write_bytes(png_bytes((200, 30, 90)))
+    return {"image_id": "D2:IMG_001", "path": str(path), "caption": "a magenta square"}
+
+
+def _truncated_png(photos) -> bytes:
+    buf = io.BytesIO()
+    Image.open(photos["astronaut"]).save(buf, format="PNG")
+    data = buf.getvalue()
+    return data[: len(data) // 2]
+
+
+#: kind -> (how to build the image source in tmp_path, words the error must contain)
+BAD_IMAGES: Dict[str, Tuple[Callable[[Path, Dict[str, Path]], Dict[str, Any]], str]] = {
+    "missing_file": (lambda d, ph: {"path": str(d / "no-such-photo.png")}, "not found"),
+    "directory_as_path": (lambda d, ph: {"path": str(_mkdir(d / "a-folder.png"))}, "cannot read"),
+    "truncated_png": (lambda d, ph: {"path": str(_write(d / "half.png", _truncated_png(ph)))}, "truncated"),
+    "truncated_png_bytes": (lambda d, ph: {"bytes": _truncated_png(ph)}, "truncated"),
+    "text_file_named_png": (lambda d, ph: {"path": str(_write(d / "notes.png", b"just some notes\n" * 20))},
+                            "not an image"),
+    "zero_byte_file": (lambda d, ph: {"path": str(_write(d / "empty.png", b""))}, "empty"),
+    "zero_bytes": (lambda d, ph: {"bytes": b""}, "empty"),
+    "decompression_bomb": (lambda d, ph: {"path": str(_bomb(d / "bomb.png"))}, "pixel limit"),
+    "ftp_url": (lambda d, ph: {"url": "ftp://example.com/cat.png"}, "unsupported URL scheme 'ftp'"),
+    "javascript_url": (lambda d, ph: {"url": "javascript:alert(1)"}, "unsupported URL scheme 'javascript'"),
+    "str_as_bytes": (lambda d, ph: {"bytes": "iVBORw0KGgo="}, "image bytes must be bytes, got str"),
+    "path_of_wrong_type": (lambda d, ph: {"path": 123}, "image path must be a str or path, got int"),
+    "two_sources": (lambda d, ph: {"path": str(ph["horse"]), "url": "https://example.com/h.png"},
+                    "exactly one of path, bytes or url"),
+}
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def _bomb(path: Path) -> Path:
+    """81M pixels (over the 64M limit) that compress to ~10 kB."""
+    Image.new("1", (9000, 9000)).save(path)
+    assert path.stat().st_size < image_io.MAX_IMAGE_BYTES
+    return path
+
+
+@pytest.fixture(params=sorted(BAD_IMAGES))
+def bad_image(request, tmp_path, photos) -> Tuple[Dict[str, Any], str]:
+    build, words = BAD_IMAGES[request.param]
+    bad_dir = tmp_path / "bad"
+    bad_dir.mkdir()
+    return build(bad_dir, photos), words
+
+
+# -- bad images ---------------------------------------------------------------------------------
+
+
+def test_bad_image_as_second_image_of_round(memory, fresh_image, bad_image):
+    source, words = bad_image
+    images = [fresh_image, {"image_id": "D2:IMG_002", "caption": "the bad one", **source}]
+    err = rejected(
+        memory,
+        lambda: memory.add_round(user="two new pictures", images=images, session_id="D2", round_key="D2:1"),
+        item="round D2:1 image D2:IMG_002",
+    )
+    assert words in err.problem
+
+
+def test_bad_image_in_second_round_of_batch(memory, fresh_image, bad_image):
+    source, words = bad_image
+    rounds = [
+        {"user": "a good new picture", "images": [fresh_image], "session_id": "D2", "round_key": "D2:1"},
+        {"user": "and a bad one", "images": [{"image_id": "D2:IMG_009", **source}], "session_id": "D2",
+         "round_key": "D2:2"},
+    ]
+    err = rejected(memory, lambda: memory.add_rounds(rounds), item="round D2:2 image D2:IMG_009")
+    assert words in err.problem
+
+
+def test_bad_image_block_in_second_message_round(memory, fresh_image):
+    messages = [
+        user(blocks=[TextBlock(text="a good picture"), ImageBlock(path=Path(fresh_image["path"]))]),
+        assistant("nice"),
+        user(blocks=[TextBlock(text="and this one"), ImageBlock(url="ftp://example.com/cat.png")],
+             additional_kwargs={"image_ids": ["M:IMG_2"]}),
+        assistant("cannot see it"),
+    ]
+    err = rejected(memory, lambda: memory.add_messages(messages), item="round R4 image M:IMG_2")
+    assert "ftp" in err.problem
+
+
+@pytest.mark.parametrize("via", ["path", "file_url", "bytes", "data_url"])
+def test_image_over_max_bytes(memory, monkeypatch, tmp_path, photos, via):
+    small = png_bytes((10, 220, 40))
+    monkeypatch.setattr(image_io, "MAX_IMAGE_BYTES", len(small) + 100)
+    big_path = photos["chelsea"]
+    big = big_path.read_bytes()
+    assert len(big) > image_io.MAX_IMAGE_BYTES
+    source = {
+        "path": {"path": str(big_path)},
+        "file_url": {"url": big_path.as_uri()},
+        "bytes": {"bytes": big},
+        "data_url": {"url": "data:image/png;base64," + __import__("base64").b64encode(big).decode()},
+    }[via]
+    images = [{"image_id": "D2:IMG_001", "bytes": small}, {"image_id": "D2:IMG_002", **source}]
+    err = rejected(
+        memory,
+        lambda: memory.add_round(user="a small and a big picture", images=images, round_key="D2:1"),
+        item="round D2:1 image D2:IMG_002",
+    )
+    assert f"over the {len(small) + 100}" in err.problem
+
+
+@pytest.mark.parametrize("caption", [None, ""])
+def test_image_with_neither_pixels_nor_caption(memory, fresh_image, caption):
+    images = [fresh_image, {"image_id": "D2:IMG_005", "caption": caption}]
+    err = rejected(
+        memory,
+        lambda: memory.add_round(user="look", images=images, round_key="D2:1"),
+        item="round D2:1 image D2:IMG_005",
+    )
+    assert "neither pixels nor a caption" in err.problem
+
+
+# -- empty conversations and rounds -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call, item",
+    [
+        (lambda m: m.add_rounds([]), "rounds"),
+        (lambda m: m.add_messages([]), "messages"),
+        (lambda m: m.add_messages([ChatMessage(role=MessageRole.SYSTEM, content="be nice")]), "messages"),
+    ],
+    ids=["add_rounds_empty", "add_messages_empty", "only_system_message"],
+)
+def test_empty_conversation(memory, call, item):
+    err = rejected(memory, lambda: call(memory), item=item)
+    assert "empty" in err.problem
+
+
+@pytest.mark.parametrize(
+    "call, item",
+    [
+        (lambda m, img: m.add_round(), "round R3"),
+        (lambda m, img: m.add_round(user="   ", assistant="\n", session_id="D2"), "round D2:3"),
+        (lambda m, img: m.add_rounds([{"user": "fine", "images": [img], "round_key": "D2:1"},
+                                      {"round_key": "D2:2"}]), "round D2:2"),
+        (lambda m, img: m.add_messages([user(""), assistant("")]), "round R3"),
+    ],
+    ids=["no_arguments", "whitespace_only", "second_round_of_batch", "empty_messages"],
+)
+def test_round_with_neither_text_nor_images(memory, fresh_image, call, item):
+    err = rejected(memory, lambda: call(memory, fresh_image), item=item)
+    assert "round is empty" in err.problem
+
+
+# -- message order ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "messages, item, words",
+    [
+        ([assistant("hello there"), user("hi")], "message 0", "assistant message without a user message"),
+        ([user("first"), user("second"), assistant("reply")], "message 1", "two user messages in a row"),
+        ([user("fine"), assistant("ok"), assistant("again")], "message 2", "assistant message without a user"),
+        ([user("fine"), assistant("ok"), user("q"), user("q again")], "message 3", "two user messages in a row"),
+        ([user("call a tool"), ChatMessage(role=MessageRole.TOOL, content="42")], "message 1",
+         "is not user, assistant or system"),
+    ],
+    ids=["assistant_first", "two_users", "two_assistants_after_valid_round", "two_users_after_valid_round",
+         "tool_role"],
+)
+def test_message_role_out_of_order(memory, messages, item, words):
+    err = rejected(memory, lambda: memory.add_messages(messages), item=item)
+    assert words in err.problem
+
+
+def test_unsupported_content_block(memory):
+    messages = [user("fine"), assistant("ok"), user(blocks=[DocumentBlock(data=b"%PDF-1.4 tiny")])]
+    err = rejected(memory, lambda: memory.add_messages(messages), item="message 2")
+    assert "DocumentBlock" in err.problem
+
+
+# -- duplicate round keys -----------------------------------------------------------------------
+
+
+def test_duplicate_round_key_within_one_call(memory, fresh_image):
+    rounds = [
+        {"user": "first", "images": [fresh_image], "round_key": "D2:1"},
+        {"user": "second", "round_key": "D2:1"},
+    ]
+    err = rejected(memory, lambda: memory.add_rounds(rounds), item="round D2:1")
+    assert "duplicate round key" in err.problem
+
+
+@pytest.mark.parametrize(
+    "call, item",
+    [
+        (lambda m, img: m.add_round(user="again", images=[img], round_key="D1:1"), "round D1:1"),
+        (lambda m, img: m.add_rounds([{"user": "new", "images": [img], "round_key": "D2:1"},
+                                      {"user": "old key", "round_key": "D1:2"}]), "round D1:2"),
+    ],
+    ids=["single_round", "second_round_of_batch"],
+)
+def test_duplicate_round_key_across_calls(memory, fresh_image, call, item):
+    err = rejected(memory, lambda: call(memory, fresh_image), item=item)
+    assert "already stored" in err.problem
+
+
+# -- wrong types --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call, item, words",
+    [
+        (lambda m: m.add_round(user=123), "round 0", "'user' must be a string, got int"),
+        (lambda m: m.add_round(user="hi", assistant=["x"]), "round 0", "'assistant' must be a string, got list"),
+        (lambda m: m.add_messages("hello"), "messages", "must be a list of ChatMessage, got str"),
+        (lambda m: m.add_messages(user("hello")), "messages", "must be a list of ChatMessage"),
+        (lambda m: m.add_rounds({"user": "x"}), "rounds", "must be a list of round dicts, got dict"),
+        (lambda m: m.add_rounds([{"user": "ok", "round_key": "D2:1"}, "not a dict"]), "round 1",
+         "a round must be a dict, got str"),
+        (lambda m: m.add_rounds([{"user": "x", "imagez": []}]), "round 0", "unknown round fields ['imagez']"),
+        (lambda m: m.add_messages([user("hi"), {"role": "assistant", "content": "x"}]), "message 1",
+         "must be a ChatMessage, got dict"),
+        (lambda m: m.add_rounds([{"user": "x", "images": "not a list"}]), "round 0", "'images' must be a list"),
+        (lambda m: m.add_rounds([{"user": "x", "images": {"path": "a.png"}}]), "round 0", "'images' must be a list"),
+        (lambda m: m.add_round(user="x", images=["photo.png"]), "round 0 image 0", "must be a dict, got str"),
+        (lambda m: m.add_round(user="x", images=[{"file": "a.png"}]), "round 0 image 0", "unknown image fields"),
+        (lambda m: m.add_round(user="x", session_id=[1]), "round 0", "'session_id' must be a string, got list"),
+        (lambda m: m.add_round(user="x", timestamp=3.5), "round 0", "'timestamp' must be a string, got float"),
+        (lambda m: m.add_round(user="x", round_key=True), "round 0", "'round_key' must be a string, got bool"),
+        (lambda m: m.add_rounds([{"user": "x", "audio": "a transcript"}]), "round 0", "'audio' must be a list"),
+    ],
+    ids=[
+        "user_int", "assistant_list", "add_messages_str", "add_messages_single_message", "add_rounds_dict",
+        "round_not_a_dict", "unknown_round_field", "message_not_a_ChatMessage", "images_str", "images_dict",
+        "image_not_a_dict", "unknown_image_field", "session_id_list", "timestamp_float", "round_key_bool",
+        "audio_str_in_dict",
+    ],
+)
+def test_wrong_types(memory, call, item, words):
+    err = rejected(memory, lambda: call(memory), item=item)
+    assert words in err.problem
+
+
+def test_add_round_images_given_a_string(memory):
+    """``images="not a list"`` is the caller's mistake with ``images``, not with a character of it."""
+    err = rejected(memory, lambda: memory.add_round(user="x", images="not a list"), item="round 0")
+    assert "'images' must be a list" in err.problem
+
+
+def test_add_round_audio_given_a_string(memory):
+    """A bare transcript string must not be stored as one ``[Audio: c]`` unit per character."""
+    err = rejected(memory, lambda: memory.add_round(user="x", audio="hello", round_key="D2:1"), item="round 0")
+    assert "'audio' must be a list" in err.problem
+
+
+@pytest.mark.parametrize("field, value", [("session_id", [1]), ("timestamp", {"day": 1})])
+def test_add_messages_session_or_timestamp_of_wrong_type(memory, field, value):
+    before = snapshot(memory)
+    with pytest.raises(VMemInputError) as caught:
+        memory.add_messages([user("hi"), assistant("hello")], **{field: value})
+    assert field in str(caught.value)
+    assert snapshot(memory) == before
+
+
+def test_image_caption_of_wrong_type(memory, fresh_image):
+    images = [fresh_image, {"image_id": "D2:IMG_002", "caption": 123}]
+    rejected(memory, lambda: memory.add_round(user="x", images=images, round_key="D2:1"),
+             item="round D2:1 image D2:IMG_002")
+
+
+def test_image_id_of_wrong_type(memory, fresh_image):
+    images = [fresh_image, {"image_id": ["D2", "IMG_002"], "caption": "a list as id"}]
+    before = snapshot(memory)
+    with pytest.raises(VMemInputError) as caught:
+        memory.add_round(user="x", images=images, round_key="D2:1")
+    assert caught.value.item.startswith("round D2:1 image")
+    assert "image_id" in caught.value.problem
+    assert snapshot(memory) == before
+
+
+# -- audio --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "messages, item",
+    [
+        ([user(blocks=[TextBlock(text="listen"), AudioBlock(audio=b"RIFF....")]), assistant("ok")],
+         "message 0 audio 0"),
+        ([user("fine"), assistant("ok"), user(blocks=[AudioBlock(audio=b"RIFF....")]), assistant("hm")],
+         "message 2 audio 0"),
+        ([user(blocks=[AudioBlock(audio=b"RIFF...."), AudioBlock(audio=b"RIFF....")],
+               additional_kwargs={"transcripts": ["only the first"]})], "message 0 audio 1"),
+    ],
+    ids=["first_message", "after_valid_round", "second_block_lacks_transcript"],
+)
+def test_audio_without_transcript_or_transcriber(memory, messages, item):
+    err = rejected(memory, lambda: memory.add_messages(messages), item=item)
+    assert "transcript" in err.problem
+
+
+def test_transcriber_returning_non_string(make_index, photos):
+    index = make_index(transcriber=lambda block: None)
+    index.add_rounds([dict(COFFEE_ROUND, images=[{"image_id": "D1:IMG_001", "path": str(photos["coffee"])}]),
+                      HORSE_ROUND])
+    messages = [user(blocks=[AudioBlock(audio=b"RIFF....")]), assistant("ok")]
+    err = rejected(index, lambda: index.add_messages(messages), item="message 0 audio 0")
+    assert "NoneType" in err.problem
+
+
+def _audio_round_found(index: VMemIndex, query: str, transcript: str) -> None:
+    hits = index.as_retriever().retrieve(query)
+    texts = [n.node.get_content() for n in hits]
+    assert hits, "nothing retrieved"
+    assert f"[Audio: {transcript}]" in texts[0], texts
+
+
+def test_audio_with_transcript_is_stored_as_text_unit(memory):
+    transcript = "a violin concerto played by the lake at sunset"
+    messages = [
+        user(blocks=[TextBlock(text="Listen to this recording"), AudioBlock(audio=b"RIFF....")],
+             additional_kwargs={"transcripts": [transcript]}),
+        assistant("Beautiful music."),
+    ]
+    (node,) = memory.add_messages(messages, session_id="D2")
+    assert len(memory) == 3
+    assert f"[Audio: {transcript}]" in node.get_content()
+    _audio_round_found(memory, "violin concerto by the lake", transcript)
+    assert memory.as_retriever().retrieve("violin concerto by the lake")[0].node.node_id == node.node_id
+
+
+def test_audio_transcribed_by_transcriber_is_stored(make_index):
+    transcript = "the train to Lisbon leaves at seven"
+    index = make_index(transcriber=lambda block: transcript)
+    index.add_rounds([COFFEE_ROUND, HORSE_ROUND])
+    (node,) = index.add_messages([user(blocks=[AudioBlock(audio=b"RIFF....")]), assistant("Noted.")])
+    assert f"[Audio: {transcript}]" in node.get_content()
+    _audio_round_found(index, "train to Lisbon", transcript)
+
+
+# -- after a rejected call ----------------------------------------------------------------------
+
+
+def test_memory_usable_after_rejected_call(memory, fresh_image, tmp_path):
+    """A rejected call consumes nothing: not the round key, not a sequence number, not a file."""
+    missing = {"image_id": "D2:IMG_002", "path": str(tmp_path / "missing.png")}
+    with pytest.raises(VMemInputError):
+        memory.add_round(user="first try", images=[fresh_image, missing], round_key="D2:1")
+    node = memory.add_round(user="second try", images=[fresh_image], round_key="D2:1")
+    assert len(memory) == 3
+    assert node.metadata[schema.SEQ] == 3
+    assert len(list(memory.image_dir.rglob("*"))) == 2

@@ -1,0 +1,221 @@
+"""The four routing cases, each on a hand-built conversation where raw similarity search fails
+(the failure cases of the paper's Figure 1 / Appendix K), with real MiniLM and a tiny real SigLIP.
+
+"Raw similarity search" is LlamaIndex's stock ``VectorStoreIndex`` over the same unit texts with
+the same MiniLM: each test first shows it misses, then that V-Mem's route finds the round.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from llama_index.core import VectorStoreIndex
+from llama_index.core.schema import ImageNode, TextNode
+from PIL import Image
+
+from llama_index_vmem import Case, VMemQueryBundle
+from llama_index_vmem.retriever import EXPLAIN_KEY
+
+FILLER = [
+    ("Any tips for a first marathon?", "Build mileage slowly and taper the last two weeks."),
+    ("I keep forgetting to water things.", "A weekly reminder on your phone helps."),
+    ("Which entrepreneur do you admire most? I read biographies of entrepreneurs every month.",
+     "Many people admire entrepreneurs who started from nothing; biographies are full of them."),
+    ("My friends and I play board games every Friday with my friends from work.", "Friends and games, a great combination."),
+    ("What breed of dog is best for apartments?", "Small breeds like the French Bulldog adapt well to apartments."),
+]
+
+
+def _stock_top_round(rounds, question, minilm):
+    """Top round of a stock dense search over the same unit texts (user, assistant, captions)."""
+    nodes = []
+    for r in rounds:
+        for text in [r["user"], r["assistant"], *[i.get("caption", "") for i in r.get("images", [])]]:
+            if text:
+                nodes.append(TextNode(text=text, metadata={"round_key": r["round_key"]}, excluded_embed_metadata_keys=["round_key"]))
+    hits = VectorStoreIndex(nodes, embed_model=minilm).as_retriever(similarity_top_k=1).retrieve(question)
+    return hits[0].node.metadata["round_key"]
+
+
+def _round(key, user, assistant, images=()):
+    return {"round_key": key, "user": user, "assistant": assistant, "images": list(images), "session_id": key.split(":")[0]}
+
+
+def _filler(session):
+    return [_round(f"{session}:{i + 1}", u, a) for i, (u, a) in enumerate(FILLER)]
+
+
+def _top_round(nodes):
+    return next(n.node.metadata["round_key"] for n in nodes if not isinstance(n.node, ImageNode))
+
+
+def test_text_to_text_routes_to_text_lane_only(make_index, minilm):
+    rounds = _filler("D1") + [_round("D2:1", "I finally booked the trip to Kyoto for April.", "Cherry blossoms will be out then.")]
+    index = make_index()
+    index.add_rounds(rounds)
+    result = index.as_retriever().retrieve_with_plan(VMemQueryBundle("When is my Kyoto trip?"))
+    assert result.plan.case is Case.TEXT_TO_TEXT
+    assert {s.name for s in result.plan.signals} == {"text_dense", "text_bm25"}
+    assert _top_round(result.nodes) == "D2:1"
+    assert not any(isinstance(n.node, ImageNode) for n in result.nodes)
+
+
+def test_image_text_to_text_matches_through_the_shared_round(make_index, minilm, photos):
+    """Case 1: the query photo matches a stored photo whose round names the breed; text search can't."""
+    rounds = _filler("D1") + [
+        _round("D2:1", "Sharing a picture from this afternoon.", "What a relaxed little one! Your Bengal cat Mochi looks happy.",
+               [{"image_id": "D2:IMG_001", "path": str(photos["chelsea"])}]),
+        _round("D2:2", "Here is my coffee this morning.", "Looks delicious.",
+               [{"image_id": "D2:IMG_002", "path": str(photos["coffee"])}]),
+    ]
+    question = "What breed is the animal in this picture?"
+    assert _stock_top_round(rounds, question, minilm) != "D2:1"
+    index = make_index()
+    index.add_rounds(rounds)
+    result = index.as_retriever().retrieve_with_plan(VMemQueryBundle(question, image_path=str(photos["chelsea"])))
+    assert result.plan.case is Case.IMAGE_TEXT_TO_TEXT
+    assert _top_round(result.nodes) == "D2:1"
+    assert result.nodes[0].node.metadata[EXPLAIN_KEY]["ranks"]["visual"] == 1
+
+
+def test_text_to_image_hypo_caption_finds_the_image(make_index, minilm, photos, scripted_llm):
+    """Case 2: 'friends' is in no caption; the drafted caption is, and the right image wins."""
+    rounds = _filler("D1") + [
+        _round("D2:1", "Last night was so much fun.", "Looks like a memorable evening!",
+               [{"image_id": "D2:IMG_001", "path": str(photos["astronaut"]), "caption": "Four people laughing together around a campfire at night under the stars"}]),
+        _round("D2:2", "Dinner tonight.", "Yum.",
+               [{"image_id": "D2:IMG_002", "path": str(photos["coffee"]), "caption": "A bowl of ramen with egg and scallions on a wooden table"}]),
+        _round("D2:3", "View from the office.", "Great skyline.",
+               [{"image_id": "D2:IMG_003", "path": str(photos["rocket"]), "caption": "A city skyline of glass towers at sunset"}]),
+    ]
+    question = "Which picture shown in the conversation is about friends?"
+    assert _stock_top_round(rounds, question, minilm) != "D2:1"
+    index = make_index()
+    index.add_rounds(rounds)
+
+    raw = index.as_retriever().retrieve_with_plan(VMemQueryBundle(question))
+    assert raw.plan.case is Case.TEXT_TO_IMAGE
+    assert raw.anchors[raw.plan.signals[-1].anchor].source == "raw query (no LLM)"
+
+    llm = scripted_llm({"ONE image": "A group of people laughing around a campfire at night, sitting together under a starry sky"})
+    result = index.as_retriever(llm=llm).retrieve_with_plan(VMemQueryBundle(question))
+    assert _top_round(result.nodes) == "D2:1"
+    assert result.nodes[1].node.metadata["image_id"] == "D2:IMG_001"
+    assert isinstance(result.nodes[1].node, ImageNode) and result.nodes[1].node.image_path
+    assert f"Question: {question}" in llm.prompts[0]
+    assert result.nodes[0].node.metadata[EXPLAIN_KEY]["anchors"]["hypo_caption"]["source"] == "llm"
+
+
+def test_image_text_to_text_enriched_anchor_reaches_evidence(make_index, minilm, photos, scripted_llm):
+    """Case 3: neither the question nor the photo names the entrepreneur; the image's keywords do."""
+    rounds = _filler("D1") + [
+        _round("D2:1", "Electric cars are finally mainstream.", "Tesla and Elon Musk pushed the whole industry there."),
+        _round("D2:2", "Look at this sunset.", "Beautiful colours.", [{"image_id": "D2:IMG_001", "path": str(photos["hubble_deep_field"])}]),
+    ]
+    question = "When we talked about which entrepreneur did I share something related to this picture?"
+    assert _stock_top_round(rounds, question, minilm) != "D2:1"
+    index = make_index()
+    index.add_rounds(rounds)
+    llm = scripted_llm({"You can SEE": '{"keywords": ["Tesla", "electric car", "car", "Model S"]}'})
+    result = index.as_retriever(llm=llm).retrieve_with_plan(VMemQueryBundle(question, image_path=str(photos["rocket"])))
+    assert result.plan.case is Case.IMAGE_TEXT_TO_TEXT
+    assert _top_round(result.nodes) == "D2:1"
+    sent = llm.chats[0][0]
+    assert [b.block_type for b in sent.blocks] == ["image", "text"]
+    assert question in sent.blocks[1].text
+    assert "Tesla" in result.anchors[next(a for a in result.anchors if a.value == "enriched")].text
+
+
+def test_image_text_to_image_uses_the_image_lane_alone(make_index, minilm, photos, tmp_path):
+    """Case 4: the question's words match other rounds; only the pixels identify the photo."""
+    rounds = _filler("D1") + [
+        _round("D2:1", "This is the same photo I showed you of our trip, which picture was it again?", "The photo of the trip.",
+               [{"image_id": "D2:IMG_001", "path": str(photos["coffee"])}]),
+        _round("D2:2", "Weekend hike.", "Nice.", [{"image_id": "D2:IMG_002", "path": str(photos["horse"])}]),
+        _round("D2:3", "Old camera shot.", "Classic.", [{"image_id": "D2:IMG_003", "path": str(photos["camera"])}]),
+    ]
+    question = "Which picture in our chat is the same as this photo?"
+    assert _stock_top_round(rounds, question, minilm) != "D2:2"
+    index = make_index()
+    index.add_rounds(rounds)
+    query_image = tmp_path / "horse-small.png"
+    Image.open(photos["horse"]).convert("RGB").resize((200, 160)).save(query_image)
+    result = index.as_retriever().retrieve_with_plan(VMemQueryBundle(question, image_path=str(query_image)))
+    assert result.plan.case is Case.IMAGE_TEXT_TO_IMAGE
+    assert [s.name for s in result.plan.signals] == ["visual"]
+    assert _top_round(result.nodes) == "D2:2"
+    assert result.nodes[1].node.metadata["image_id"] == "D2:IMG_002"
+
+
+def test_image_round_filter_keeps_rounds_next_to_images(make_index, photos):
+    """Text->image: a text-only round far from any image is filtered out; one next to an image stays."""
+    rounds = [
+        _round("D1:1", "The red bicycle I restored is finished!", "Congratulations on the red bicycle."),
+        _round("D1:2", "Filler about cooking pasta.", "Salt the water."),
+        _round("D1:3", "Filler about the weather.", "Rainy again."),
+        _round("D1:4", "Here it is.", "Lovely.", [{"image_id": "D1:IMG_001", "path": str(photos["coffee"]), "caption": "A bike leaning on a wall"}]),
+        _round("D1:5", "And the red bicycle from the side.", "The red bicycle shines."),
+    ]
+    index = make_index()
+    index.add_rounds(rounds)
+    result = index.as_retriever().retrieve_with_plan(VMemQueryBundle("Which photo shows the red bicycle?"))
+    keys = [n.node.metadata["round_key"] for n in result.nodes if not isinstance(n.node, ImageNode)]
+    assert "D1:1" not in keys and "D1:5" in keys and "D1:4" in keys
+    assert not result.filter_fallback
+    # D1:5 holds no image itself: it returns its neighbour's image.
+    d15 = next(i for i, n in enumerate(result.nodes) if n.node.metadata.get("round_key") == "D1:5" and not isinstance(n.node, ImageNode))
+    assert result.nodes[d15 + 1].node.metadata["image_id"] == "D1:IMG_001"
+
+
+def test_image_round_filter_falls_back_when_no_round_has_an_image(make_index):
+    index = make_index()
+    index.add_rounds([_round("D1:1", "The red bicycle is done.", "Nice."), _round("D1:2", "Pasta tonight.", "Yum.")])
+    result = index.as_retriever().retrieve_with_plan(VMemQueryBundle("Which photo shows the red bicycle?"))
+    assert result.filter_fallback
+    assert _top_round(result.nodes) == "D1:1"
+
+
+def test_counting_gate_skips_the_hypo_caption(make_index, photos, scripted_llm):
+    index = make_index()
+    index.add_rounds([_round("D1:1", "My dog.", "Cute.", [{"image_id": "D1:IMG_001", "path": str(photos["chelsea"]), "caption": "a dog"}])])
+    llm = scripted_llm(default="a caption")
+    result = index.as_retriever(llm=llm).retrieve_with_plan(VMemQueryBundle("How many pictures of dogs did I share?"))
+    assert result.plan.counting and result.plan.case is Case.TEXT_TO_IMAGE
+    assert llm.prompts == []
+    assert {a.value for a in result.anchors} == {"query"}
+    gated_off = index.as_retriever(llm=llm, hypo_caption_counting_gate=False).retrieve_with_plan(
+        VMemQueryBundle("How many pictures of dogs did I share?"))
+    assert "hypo_caption" in {a.value for a in gated_off.anchors} and len(llm.prompts) == 1
+
+
+def test_aggregation_widens_k_and_drops_neighbours(make_index):
+    index = make_index()
+    index.add_rounds([_round(f"D1:{i}", f"We visited museum number {i} today.", "Sounds great.") for i in range(1, 41)])
+    retriever = index.as_retriever()
+    result = retriever.retrieve_with_plan(VMemQueryBundle("How many different museums have we discussed?"))
+    assert result.plan.aggregation and result.plan.k == 30 and result.plan.neighbor_window == 0
+    assert len(result.nodes) == 30
+    engine_nodes = index.as_query_engine(llm=_echo_llm()).retrieve(VMemQueryBundle("How many different museums have we discussed?"))
+    assert sum(len(n.node.metadata["rounds"]) for n in engine_nodes) == 30
+    ordinary = retriever.retrieve_with_plan(VMemQueryBundle("What did we do at museum number 7?"))
+    assert ordinary.plan.k == 12 and len(ordinary.nodes) == 12
+
+
+def _echo_llm():
+    from llama_index.core.llms import MockLLM
+
+    return MockLLM()
+
+
+def test_neighbours_merge_into_time_ordered_blocks(make_index):
+    index = make_index()
+    index.add_rounds([_round(f"D1:{i}", text, "ok") for i, text in enumerate(
+        ["alpha topic", "beta topic", "gamma kiwi fruit", "delta topic", "epsilon kiwi fruit", "zeta", "eta", "theta", "iota", "kappa kiwi fruit"], start=1)])
+    engine = index.as_query_engine(llm=_echo_llm(), k=3)
+    blocks = engine.retrieve(VMemQueryBundle("kiwi fruit"))
+    spans = [n.node.metadata["rounds"] for n in blocks]
+    # Rounds 3 and 5 overlap through round 4: one block 2..6; round 10 gets 9..10 (no round 11).
+    assert spans == [["D1:2", "D1:3", "D1:4", "D1:5", "D1:6"], ["D1:9", "D1:10"]]
+    assert blocks[0].node.metadata["matched_rounds"] == ["D1:3", "D1:5"]
+    assert blocks[0].node.text.index("round D1:2") < blocks[0].node.text.index("round D1:6")
