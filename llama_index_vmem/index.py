@@ -62,8 +62,7 @@ class VMemIndex:
         show_progress: bool = False,
         owns_tempdir: Optional[tempfile.TemporaryDirectory] = None,
     ) -> None:
-        if not isinstance(memory_id, str) or not memory_id:
-            raise VMemInputError("memory_id", "must be a non-empty string")
+        _check_memory_id(memory_id)
         self.store = store
         self.memory_id = memory_id
         self.embed_model = embed_model
@@ -105,6 +104,7 @@ class VMemIndex:
         all memories, with ``memory_id`` as the tenant key. Images are kept under ``image_dir``
         (default: ``path/images``, or a temporary directory).
         """
+        _check_memory_id(memory_id)
         tmp = None
         if client is not None or url is not None:
             if client is None:
@@ -356,6 +356,11 @@ class VMemIndex:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _check_memory_id(memory_id: Any) -> None:
+    if not isinstance(memory_id, str) or not memory_id:
+        raise VMemInputError("memory_id", f"must be a non-empty string, got {memory_id!r}")
 
 
 def _round_payload(p: ParsedRound) -> Dict[str, Any]:

@@ -1,0 +1,36 @@
+"""Round max per signal and RRF, on hand-computed cases."""
+
+from llama_index_vmem.fusion import near_image_seqs, rank_rounds, rrf
+from llama_index_vmem.postprocessor import merge_spans
+from llama_index_vmem.store.base import Hit
+
+
+def hit(uid, rid, seq, score):
+    return Hit(uid, score, {"round_id": rid, "seq": seq})
+
+
+def test_round_takes_its_best_unit():
+    ranked = rank_rounds([hit("u1", "A", 1, 0.2), hit("u2", "B", 2, 0.5), hit("u3", "A", 1, 0.9)])
+    assert [(h.payload["round_id"], h.id) for h in ranked] == [("A", "u3"), ("B", "u2")]
+
+
+def test_rrf_sums_reciprocal_ranks():
+    dense = rank_rounds([hit("a", "A", 1, 0.9), hit("b", "B", 2, 0.8)])
+    sparse = rank_rounds([hit("b2", "B", 2, 12.0), hit("c", "C", 3, 3.0)])
+    fused = rrf({"dense": dense, "sparse": sparse}, kappa=60)
+    assert [f.round_id for f in fused] == ["B", "A", "C"]
+    b = fused[0]
+    assert b.ranks == {"dense": 2, "sparse": 1}
+    assert abs(b.score - (1 / 62 + 1 / 61)) < 1e-12
+    assert abs(fused[1].score - 1 / 61) < 1e-12 and abs(fused[2].score - 1 / 62) < 1e-12
+
+
+def test_rrf_ties_go_to_the_earlier_round():
+    fused = rrf({"x": rank_rounds([hit("a", "A", 5, 1.0)]), "y": rank_rounds([hit("b", "B", 2, 1.0)])}, kappa=60)
+    assert [f.round_id for f in fused] == ["B", "A"]
+
+
+def test_near_image_window_and_span_merging():
+    assert near_image_seqs([5, 9], 1) == {4, 5, 6, 8, 9, 10}
+    # overlapping (1-3, 3-5) and touching (5, 6) spans merge; a gap (7) keeps blocks apart
+    assert merge_spans([(8, 10), (1, 3), (3, 5), (6, 6), (20, 21)]) == [(1, 6), (8, 10), (20, 21)]

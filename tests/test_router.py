@@ -1,0 +1,77 @@
+"""The keyword rules and what each case fixes (no LLM, no store)."""
+
+import re
+
+import pytest
+
+from llama_index_vmem import Case, KeywordRules, ModalityRouter, VMemConfig, VMemQueryBundle
+from llama_index_vmem.router import Anchor
+
+ROUTER = ModalityRouter()
+CONFIG = VMemConfig()
+
+
+@pytest.mark.parametrize(
+    "question, wants_image",
+    [
+        ("Which image shown in 2024-06-17 is an application of AI in education?", True),
+        ("Which of the images uploaded in 2024-07-07 focus on a robotic arm?", True),
+        ("How many pictures of my dog did I share?", True),
+        ("Show me the photo of the campsite", True),
+        ("What is the name in the picture?", False),
+        ("Which city is shown in the picture?", False),
+        ("Which day's conversation was about the content in the picture?", False),
+        ("What did I say about the job market?", False),
+    ],
+)
+def test_target_modality_keyword_rule(question, wants_image):
+    assert ROUTER.target_is_image(question) is wants_image
+
+
+def test_four_cases_fix_lanes_and_anchors():
+    plans = {
+        q: ROUTER.route(VMemQueryBundle(q, image_path=img), CONFIG)
+        for q, img in [("What did I cook?", None), ("Which photo shows the cake?", None),
+                       ("What breed is this?", "x.png"), ("Which picture is this?", "x.png")]
+    }
+    cases = [p.case for p in plans.values()]
+    assert cases == [Case.TEXT_TO_TEXT, Case.TEXT_TO_IMAGE, Case.IMAGE_TEXT_TO_TEXT, Case.IMAGE_TEXT_TO_IMAGE]
+    signals = [[(s.name, s.anchor) for s in p.signals] for p in plans.values()]
+    assert signals[0] == [("text_dense", Anchor.QUERY), ("text_bm25", Anchor.QUERY)]
+    assert signals[1] == [("text_dense", Anchor.QUERY), ("text_bm25", Anchor.QUERY),
+                          ("caption_dense", Anchor.HYPO_CAPTION), ("caption_bm25", Anchor.HYPO_CAPTION)]
+    assert signals[2] == [("visual", Anchor.QUERY_IMAGE), ("text_dense", Anchor.ENRICHED), ("text_bm25", Anchor.ENRICHED)]
+    assert signals[3] == [("visual", Anchor.QUERY_IMAGE)]
+    image_filters = [p.image_filter_window for p in plans.values()]
+    assert image_filters == [None, 1, None, 1]
+
+
+def test_caption_only_query_image_is_matched_by_caption_not_a_fake_visual_vector():
+    plan = ROUTER.route(VMemQueryBundle("Which picture is this?", image_caption="a red bike"), CONFIG)
+    assert plan.case is Case.IMAGE_TEXT_TO_IMAGE
+    assert {s.name for s in plan.signals} == {"caption_dense", "caption_bm25"}
+    assert all(s.anchor is Anchor.QUERY_IMAGE_CAPTION for s in plan.signals)
+
+
+def test_counting_gate_and_aggregation_and_conflict():
+    counting = ROUTER.route(VMemQueryBundle("How many photos of cakes did I send?"), CONFIG)
+    assert counting.counting and all(s.anchor is Anchor.QUERY for s in counting.signals)
+    assert counting.aggregation and counting.k == 30 and counting.neighbor_window == 0
+    for q in ["How many different museums have we discussed?", "List the books I mentioned",
+              "In what ways did Caroline help?", "What activities has Melanie done?", "What books has Melanie read?"]:
+        plan = ROUTER.route(VMemQueryBundle(q), CONFIG)
+        assert plan.aggregation and plan.k == 30 and plan.neighbor_window == 0, q
+    ordinary = ROUTER.route(VMemQueryBundle("What did Melanie read last week?"), CONFIG)
+    assert not ordinary.aggregation and ordinary.k == 12 and ordinary.neighbor_window == 1
+    assert ROUTER.route(VMemQueryBundle("Is there a contradiction in what Julian said?"), CONFIG).answer_prompt == "conflict"
+    assert ordinary.answer_prompt == "answer"
+
+
+def test_config_overrides_and_rules_are_replaceable():
+    plan = ROUTER.route(VMemQueryBundle("How many museums?"), CONFIG.override(aggregation_k=50, aggregation_enabled=None))
+    assert plan.k == 50
+    assert not ROUTER.route(VMemQueryBundle("How many museums?"), CONFIG.override(aggregation_enabled=False)).aggregation
+    with pytest.raises(TypeError, match="unknown"):
+        CONFIG.override(kappa=3)
+    custom = ModalityRouter(KeywordRules(show_image=re.compile(r"\bdisplay\b")))
+    assert custom.target_is_image("display my holiday") and not ROUTER.target_is_image("display my holiday")

@@ -1,0 +1,115 @@
+"""Persistence, both backends, and tenant isolation on the same data."""
+
+from __future__ import annotations
+
+import pytest
+from qdrant_client import QdrantClient
+
+from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle
+from llama_index_vmem.store import Collection
+
+QUESTIONS = [
+    VMemQueryBundle("What is my cat called?"),
+    VMemQueryBundle("Which photo shows the coffee?"),
+    VMemQueryBundle("How many pictures did I share?"),
+]
+
+
+def _rounds(photos, memory_word="Mochi"):
+    return [
+        {"round_key": "D1:1", "session_id": "D1", "timestamp": "2024-06-17", "user": f"My cat is called {memory_word}.", "assistant": "Cute name."},
+        {"round_key": "D1:2", "session_id": "D1", "timestamp": "2024-06-17", "user": "Morning coffee.", "assistant": "Looks strong.",
+         "images": [{"image_id": "D1:IMG_001", "path": str(photos["coffee"]), "caption": "a cup of coffee with latte art"}]},
+        {"round_key": "D1:3", "session_id": "D1", "timestamp": "2024-06-18", "user": "Rocket launch!", "assistant": "Wow.",
+         "images": [{"image_id": "D1:IMG_002", "path": str(photos["rocket"]), "caption": "a rocket on the pad"}]},
+        {"round_key": "D1:4", "session_id": "D1", "timestamp": "2024-06-18", "user": "Planning a trip to Kyoto.", "assistant": "Go in April."},
+    ]
+
+
+def _results(index, queries=QUESTIONS, **image_query):
+    retriever = index.as_retriever()
+    out = [[(n.node.node_id, round(n.score, 6)) for n in retriever.retrieve(q)] for q in queries]
+    if image_query:
+        out.append([n.node.node_id for n in retriever.retrieve(VMemQueryBundle("What is this?", **image_query))])
+    return out
+
+
+def test_reopen_restores_the_memory_exactly(tmp_path, minilm, tiny_siglip, photos):
+    path = tmp_path / "mem"
+    index = VMemIndex.from_defaults(path=path, embed_model=minilm, image_encoder=tiny_siglip)
+    index.add_rounds(_rounds(photos))
+    before = _results(index, image_path=str(photos["rocket"]))
+    index.close()
+    reopened = VMemIndex.from_defaults(path=path, embed_model=minilm, image_encoder=tiny_siglip)
+    try:
+        assert len(reopened) == 4
+        assert _results(reopened, image_path=str(photos["rocket"])) == before
+        reopened.add_round(user="One more about Mochi.", assistant="Noted.", session_id="D2", round_key="D2:1")
+        assert reopened.get_rounds([n.node_id for n in reopened.as_retriever().retrieve("Mochi")][:1])
+    finally:
+        reopened.close()
+
+
+def test_reopen_with_another_image_encoder_is_refused(tmp_path, minilm, tiny_siglip, photos):
+    from llama_index_vmem import EfficientNetImageEncoder
+
+    VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip).close()
+    with pytest.raises(ValueError, match="built with"):
+        VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=EfficientNetImageEncoder())
+
+
+def test_edge_and_server_backends_return_the_same_results(tmp_path, minilm, tiny_siglip, photos):
+    edge = VMemIndex.from_defaults(path=tmp_path / "edge", embed_model=minilm, image_encoder=tiny_siglip)
+    server = VMemIndex.from_defaults(client=QdrantClient(location=":memory:"), path=tmp_path / "srv",
+                                     embed_model=minilm, image_encoder=tiny_siglip)
+    try:
+        for index in (edge, server):
+            index.add_rounds(_rounds(photos))
+        rounded = lambda res: [[i for i, _ in q] if isinstance(q[0], tuple) else q for q in res]  # noqa: E731
+        assert rounded(_results(edge, image_path=str(photos["coffee"]))) == rounded(_results(server, image_path=str(photos["coffee"])))
+        assert len(edge) == len(server) == 4
+    finally:
+        edge.close()
+        server.close()
+
+
+def test_server_collections_are_created_once_and_shared_by_tenants(tmp_path, minilm, tiny_siglip, photos):
+    client = QdrantClient(location=":memory:")
+    a = VMemIndex.from_defaults(client=client, memory_id="alice", path=tmp_path / "a", embed_model=minilm, image_encoder=tiny_siglip)
+    b = VMemIndex.from_defaults(client=client, memory_id="bob", path=tmp_path / "b", embed_model=minilm, image_encoder=tiny_siglip)
+    a.add_rounds(_rounds(photos, "Mochi"))
+    b.add_rounds(_rounds(photos, "Biscuit"))
+    names = sorted(c.name for c in client.get_collections().collections)
+    assert names == ["vmem_image", "vmem_rounds", "vmem_text"]
+    assert client.count("vmem_rounds").count == 8
+    assert all("Biscuit" not in n.node.get_content() for n in a.as_retriever().retrieve("What is my cat called? Biscuit"))
+
+
+@pytest.mark.parametrize("backend", ["edge", "server"])
+def test_tenants_never_see_each_other(tmp_path, minilm, tiny_siglip, photos, backend):
+    kwargs = dict(embed_model=minilm, image_encoder=tiny_siglip)
+    if backend == "server":
+        kwargs["client"] = QdrantClient(location=":memory:")
+    alice = VMemIndex.from_defaults(path=tmp_path / "shared", memory_id="alice", **kwargs)
+    bob = VMemIndex.from_defaults(path=tmp_path / "shared", memory_id="bob", **kwargs)
+    try:
+        alice.add_rounds(_rounds(photos, "Mochi"))
+        bob.add_rounds(_rounds(photos, "Biscuit"))  # same round keys, same images
+        for index, own, other in ((alice, "alice", "Biscuit"), (bob, "bob", "Mochi")):
+            for q in QUESTIONS + [VMemQueryBundle(f"Is my cat {other}?"), VMemQueryBundle("Which photo?", image_path=str(photos["coffee"]))]:
+                for n in index.as_retriever().retrieve(q):
+                    assert n.node.metadata["memory_id"] == own
+                    assert other not in n.node.get_content()
+        # A crafted id of the other memory is simply not found.
+        bob_ids = [h.id for h in bob.store.scroll(Collection.ROUNDS, bob.scope())]
+        assert alice.get_rounds(bob_ids) == {}
+        assert alice.image_dir != bob.image_dir
+        assert len(alice) == len(bob) == 4
+    finally:
+        alice.close()
+        bob.close()
+
+
+def test_empty_memory_id_is_refused(tmp_path, minilm, tiny_siglip):
+    with pytest.raises(VMemInputError, match="memory_id"):
+        VMemIndex.from_defaults(path=tmp_path / "m", memory_id="", embed_model=minilm, image_encoder=tiny_siglip)
