@@ -1,0 +1,86 @@
+"""What reaches the answering model: the paper's prompts, chosen by route, with the image note."""
+
+import asyncio
+
+from llama_index.core.prompts import PromptTemplate
+
+from llama_index_vmem import VMemQueryBundle
+from llama_index_vmem.prompts import ANSWER_PROMPT
+
+
+def _memory(make_index, photos):
+    index = make_index()
+    index.add_rounds([
+        {"round_key": "D1:1", "session_id": "D1", "timestamp": "2024-06-17", "user": "My cat is called Mochi.", "assistant": "Cute."},
+        {"round_key": "D1:2", "session_id": "D1", "timestamp": "2024-06-17", "user": "Here she is.", "assistant": "A Bengal!",
+         "images": [{"image_id": "D1:IMG_001", "path": str(photos["chelsea"]), "caption": "a tabby cat lying down"}]},
+        {"round_key": "D2:1", "session_id": "D2", "timestamp": "2024-07-01", "user": "I moved to Lisbon.", "assistant": "Lovely city."},
+    ])
+    return index
+
+
+def test_answer_prompt_is_verbatim_and_filled_with_time_ordered_blocks(make_index, photos, scripted_llm):
+    llm = scripted_llm(default="Mochi")
+    engine = _memory(make_index, photos).as_query_engine(llm=llm)
+    response = engine.query("What is my cat called?")
+    assert str(response) == "Mochi"
+    sent = llm.prompts[-1]
+    assert sent.startswith("You are answering a question using a person’s conversation history.")
+    assert "- If the answer is genuinely not in the context, reply exactly: Information not found" in sent
+    assert "QUESTION: What is my cat called?" in sent
+    assert sent.index("[session D1, round D1:1, 2024-06-17]") < sent.index("[session D1, round D1:2, 2024-06-17]")
+    assert "[Image D1:IMG_001] a tabby cat lying down" in sent
+    assert response.source_nodes and response.metadata["case"] == "text->text"
+
+
+def test_conflict_question_gets_the_conflict_prompt(make_index, photos, scripted_llm):
+    llm = scripted_llm(default="No")
+    _memory(make_index, photos).as_query_engine(llm=llm).query("Is there a contradiction about where I live?")
+    assert llm.prompts[-1].startswith("You are checking a person’s conversation history for a conflict or contradiction.")
+    assert "OUTPUT EXACTLY ONE WORD" in llm.prompts[-1]
+
+
+def test_attached_image_note_names_the_visual_match(make_index, photos, scripted_llm):
+    llm = scripted_llm({"You can SEE": '{"keywords": ["cat", "tabby"]}'}, default="It is Mochi")
+    engine = _memory(make_index, photos).as_query_engine(llm=llm)
+    engine.query(VMemQueryBundle("What is the name of this animal?", image_path=str(photos["chelsea"]), image_caption="a striped cat"))
+    note = llm.prompts[-1].split("ANSWER:")[0]
+    assert ("[ATTACHED IMAGE] The user’s attached image shows: a striped cat. It visually matches a conversation image: "
+            "(D1:IMG_001 -- \"a tabby cat lying down\").") in llm.prompts[-1]
+    assert "do NOT reply \"Information not found\"" in note
+
+
+def test_prompts_are_exposed_and_replaceable(make_index, photos, scripted_llm):
+    llm = scripted_llm(default="ok")
+    engine = _memory(make_index, photos).as_query_engine(llm=llm)
+    prompts = engine.get_prompts()
+    assert {"answer_prompt", "conflict_prompt", "image_note_prompt", "image_note_matched_prompt",
+            "retriever:hypo_caption:hypo_caption_prompt", "retriever:enriched_anchor:enriched_anchor_prompt"} <= set(prompts)
+    assert prompts["answer_prompt"].get_template() == ANSWER_PROMPT.get_template()
+    engine.update_prompts({"answer_prompt": PromptTemplate("CTX {context} Q {question}")})
+    engine.query("Where do I live?")
+    assert llm.prompts[-1].startswith("CTX ") and llm.prompts[-1].endswith("Q Where do I live?")
+
+
+def test_anchor_is_cached_for_the_same_input(make_index, photos, scripted_llm):
+    llm = scripted_llm(default="a tabby cat lying on a blanket")
+    retriever = _memory(make_index, photos).as_retriever(llm=llm)
+    for _ in range(3):
+        retriever.retrieve("Which photo shows my cat?")
+    assert sum("ONE image" in p for p in llm.prompts) == 1
+    retriever.retrieve("Which photo shows my city?")
+    assert sum("ONE image" in p for p in llm.prompts) == 2
+
+
+def test_async_query_and_retrieve(make_index, photos, scripted_llm):
+    llm = scripted_llm(default="Lisbon")
+    index = _memory(make_index, photos)
+
+    async def run():
+        nodes = await index.as_retriever().aretrieve("Where did I move?")
+        response = await index.as_query_engine(llm=llm).aquery("Where did I move?")
+        return nodes, response
+
+    nodes, response = asyncio.run(run())
+    assert nodes[0].node.metadata["round_key"] == "D2:1"
+    assert str(response) == "Lisbon"
