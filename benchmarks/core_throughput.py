@@ -76,8 +76,8 @@ def load_conversation(dialog_dir: Path, n_rounds: int, n_queries: int) -> Tuple[
     if not rounds:
         raise SystemExit(f"no dialogue files under {dialog_dir}")
     questions = list(dict.fromkeys(q for q in questions if q not in WARMUP))  # unique: no query-cache hits
-    step = max(1, len(questions) // n_queries)  # spread over all files used, not just the first
-    return rounds, questions[::step][:n_queries]
+    n = min(n_queries, len(questions))  # evenly spread over all files used, not just the first
+    return rounds, [questions[i * len(questions) // n] for i in range(n)]
 
 
 def count_units(rounds: Sequence[Dict[str, Any]]) -> int:
@@ -199,7 +199,7 @@ def main() -> None:
     rounds, questions = load_conversation(args.data, args.rounds, args.queries)
     logger.info("%d rounds (%d units expected), %d questions", len(rounds), count_units(rounds), len(questions))
     embed, load_s = timed(default_text_embedding)
-    embed.get_text_embedding("warm up")
+    embed.get_text_embedding_batch([r["assistant"] for r in rounds[:64]])  # warm the encoder's kernels
     logger.info("MiniLM loaded in %.1fs (not counted)", load_s)
 
     with tempfile.TemporaryDirectory(prefix="vmem-bench-") as tmp:
@@ -217,9 +217,12 @@ def main() -> None:
     summarize(results)
     wall = time.perf_counter() - t_start
     print(table(results, args.chunk))
-    print(f"\n{len(questions)} queries, 3 warm-up each; V-Mem route cases: {results[0]['route_cases']}; wall {wall:.0f}s")
+    load = os.getloadavg()
+    print(f"\n{len(questions)} queries, 3 warm-up each; V-Mem route cases: {results[0]['route_cases']}; "
+          f"wall {wall:.0f}s on {os.cpu_count()} CPUs, load average at end {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}")
     if args.json:
-        meta = {"rounds": len(rounds), "queries": len(questions), "chunk": args.chunk, "wall_s": wall, "cpus": os.cpu_count()}
+        meta = {"rounds": len(rounds), "queries": len(questions), "chunk": args.chunk, "wall_s": wall,
+                "cpus": os.cpu_count(), "loadavg_end": load}
         args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
 
 

@@ -206,7 +206,7 @@ class VMemIndex:
     def _commit(self, inputs: List[RoundInput]) -> List[TextNode]:
         with _write_lock(self.store, self.memory_id):
             last = self.store.max_seq(self.scope())
-            parsed = self._parser.parse_rounds(inputs, first_seq=last + 1)
+            parsed = self._parser.parse_rounds(self._with_default_keys(inputs), first_seq=last + 1)
             self._reject_existing(parsed)
             text_points, image_points = self._encode(parsed)
             if last and parsed:
@@ -228,6 +228,17 @@ class VMemIndex:
                 raise
         logger.info("memory %s: added %d rounds", self.memory_id, len(parsed))
         return [p.round_node for p in parsed]
+
+    def _with_default_keys(self, inputs: List[RoundInput]) -> List[RoundInput]:
+        """Rounds without a key are numbered within their session: ``D2:1``, ``D2:2``, ..."""
+        counts: Dict[str, int] = {}
+        for r in inputs:
+            if r.round_key is None and r.session_id is not None:
+                if r.session_id not in counts:
+                    counts[r.session_id] = self.store.count(Collection.ROUNDS, self.scope(session_id=r.session_id))
+                counts[r.session_id] += 1
+                r.round_key = f"{r.session_id}:{counts[r.session_id]}"
+        return inputs
 
     def _reject_existing(self, parsed: List[ParsedRound]) -> None:
         ids = tuple(p.round_node.node_id for p in parsed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import pytest
 from llama_index.core.base.llms.types import (
@@ -76,8 +76,11 @@ def png_bytes(color: Tuple[int, int, int], size: int = 16) -> bytes:
     return buf.getvalue()
 
 
-def user(text: str = "", **kwargs: Any) -> ChatMessage:
-    return ChatMessage(role=MessageRole.USER, content=text, **kwargs)
+def user(text: Optional[str] = None, **kwargs: Any) -> ChatMessage:
+    """A user message from ``text`` or from ``blocks=`` (``content`` would replace the blocks)."""
+    if text is not None:
+        kwargs["content"] = text
+    return ChatMessage(role=MessageRole.USER, **kwargs)
 
 
 def assistant(text: str) -> ChatMessage:
