@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from dataclasses import replace
 import logging
 import tempfile
 import threading
@@ -175,7 +176,7 @@ class VMemIndex:
         audio: Optional[Sequence[str]] = None,
     ) -> TextNode:
         """Append one round; returns its round node."""
-        data = {"user": user, "assistant": assistant, "images": list(images or []), "audio": list(audio or []),
+        data = {"user": user, "assistant": assistant, "images": images or [], "audio": audio or [],
                 "session_id": session_id, "timestamp": timestamp, "round_key": round_key}
         return self.add_rounds([data])[0]
 
@@ -230,15 +231,24 @@ class VMemIndex:
         return [p.round_node for p in parsed]
 
     def _with_default_keys(self, inputs: List[RoundInput]) -> List[RoundInput]:
-        """Rounds without a key are numbered within their session: ``D2:1``, ``D2:2``, ..."""
-        counts: Dict[str, int] = {}
+        """Rounds without a key are numbered within their session (``D2:1``, ``D2:2``, ...),
+        skipping keys already taken by the session or by this call."""
+        taken = {r.round_key for r in inputs if r.round_key is not None}
+        loaded: set = set()
+        out = []
         for r in inputs:
             if r.round_key is None and r.session_id is not None:
-                if r.session_id not in counts:
-                    counts[r.session_id] = self.store.count(Collection.ROUNDS, self.scope(session_id=r.session_id))
-                counts[r.session_id] += 1
-                r.round_key = f"{r.session_id}:{counts[r.session_id]}"
-        return inputs
+                if r.session_id not in loaded:
+                    loaded.add(r.session_id)
+                    taken.update(h.payload[schema.ROUND_KEY] for h in
+                                 self.store.scroll(Collection.ROUNDS, self.scope(session_id=r.session_id)))
+                n = 1
+                while f"{r.session_id}:{n}" in taken:
+                    n += 1
+                r = replace(r, round_key=f"{r.session_id}:{n}")
+                taken.add(r.round_key)
+            out.append(r)
+        return out
 
     def _reject_existing(self, parsed: List[ParsedRound]) -> None:
         ids = tuple(p.round_node.node_id for p in parsed)

@@ -78,6 +78,8 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
     """``{user, assistant, images: [{image_id, path|bytes|url, caption}], session_id, timestamp, round_key}``."""
     if not isinstance(data, Mapping):
         raise VMemInputError(item, f"a round must be a dict, got {type(data).__name__}")
+    if isinstance(data.get("round_key"), (str, int)) and not isinstance(data.get("round_key"), bool):
+        item = f"round {data['round_key']}"
     known = {"user", "assistant", "images", "audio", "session_id", "timestamp", "round_key"}
     unknown = set(data) - known
     if unknown:
@@ -92,16 +94,20 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
     for i, img in enumerate(raw_images):
         if not isinstance(img, Mapping):
             raise VMemInputError(f"{item} image {i}", f"must be a dict, got {type(img).__name__}")
+        name = f"{item} image {img['image_id'] if isinstance(img.get('image_id'), str) else i}"
         extra = set(img) - {"image_id", "path", "bytes", "url", "caption"}
         if extra:
-            raise VMemInputError(f"{item} image {i}", f"unknown image fields {sorted(extra)}")
+            raise VMemInputError(name, f"unknown image fields {sorted(extra)}")
+        caption = img.get("caption")
+        if caption is not None and not isinstance(caption, str):
+            raise VMemInputError(name, f"'caption' must be a string, got {type(caption).__name__}")
         parsed_images.append(
             ImageInput(
-                image_id=img.get("image_id"),
+                image_id=_opt_str(name, "image_id", img.get("image_id")),
                 path=img.get("path"),
                 data=img.get("bytes"),
                 url=img.get("url"),
-                caption=img.get("caption"),
+                caption=caption,
             )
         )
     audio = data.get("audio") or []
@@ -174,6 +180,8 @@ class RoundNodeParser(NodeParser):
         """
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise VMemInputError("messages", f"must be a list of ChatMessage, got {type(messages).__name__}")
+        session_id = _opt_str("messages", "session_id", session_id)
+        timestamp = _opt_str("messages", "timestamp", timestamp)
         rounds: List[RoundInput] = []
         awaiting_reply = False
         for i, msg in enumerate(messages):
@@ -250,11 +258,11 @@ class RoundNodeParser(NodeParser):
         if block.image is not None and block.path is None:
             data = block.resolve_image(as_base64=False).read()
         return ImageInput(
-            image_id=str(ids[i]) if i < len(ids) else None,
+            image_id=_opt_str(item, "image_id", ids[i]) if i < len(ids) else None,
             path=str(block.path) if block.path is not None else None,
             data=data,
             url=str(block.url) if block.url is not None and block.path is None and data is None else None,
-            caption=str(captions[i]) if i < len(captions) else None,
+            caption=_opt_str(item, "caption", captions[i]) if i < len(captions) else None,
             role=role,
         )
 

@@ -9,6 +9,7 @@ first round is valid.
 
 from __future__ import annotations
 
+import base64
 import io
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -209,7 +210,7 @@ def test_image_over_max_bytes(memory, monkeypatch, tmp_path, photos, via):
         "path": {"path": str(big_path)},
         "file_url": {"url": big_path.as_uri()},
         "bytes": {"bytes": big},
-        "data_url": {"url": "data:image/png;base64," + __import__("base64").b64encode(big).decode()},
+        "data_url": {"url": "data:image/png;base64," + base64.b64encode(big).decode()},
     }[via]
     images = [{"image_id": "D2:IMG_001", "bytes": small}, {"image_id": "D2:IMG_002", **source}]
     err = rejected(
@@ -252,7 +253,7 @@ def test_empty_conversation(memory, call, item):
     "call, item",
     [
         (lambda m, img: m.add_round(), "round R3"),
-        (lambda m, img: m.add_round(user="   ", assistant="\n", session_id="D2"), "round D2:3"),
+        (lambda m, img: m.add_round(user="   ", assistant="\n", round_key="D2:5"), "round D2:5"),
         (lambda m, img: m.add_rounds([{"user": "fine", "images": [img], "round_key": "D2:1"},
                                       {"round_key": "D2:2"}]), "round D2:2"),
         (lambda m, img: m.add_messages([user(""), assistant("")]), "round R3"),
@@ -362,7 +363,7 @@ def test_add_round_images_given_a_string(memory):
 
 def test_add_round_audio_given_a_string(memory):
     """A bare transcript string must not be stored as one ``[Audio: c]`` unit per character."""
-    err = rejected(memory, lambda: memory.add_round(user="x", audio="hello", round_key="D2:1"), item="round 0")
+    err = rejected(memory, lambda: memory.add_round(user="x", audio="hello", round_key="D2:1"), item="round D2:1")
     assert "'audio' must be a list" in err.problem
 
 
