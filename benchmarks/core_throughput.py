@@ -67,7 +67,7 @@ def load_conversation(dialog_dir: Path, n_rounds: int, n_queries: int) -> Tuple[
                         "user": r.get("user") or "",
                         "assistant": r.get("assistant") or "",
                         "images": [{"image_id": f"{path.stem}:{i}", "caption": c}
-                                   for i, c in zip(r.get("image_id") or [], captions)],
+                                   for i, c in zip(r.get("image_id") or [], captions, strict=False)],
                         "session_id": f"{path.stem}:{session['session_id']}",
                         "timestamp": session.get("date"),
                         "round_key": f"{path.stem}:{r['round']}",

@@ -273,13 +273,13 @@ class VMemIndex:
         dense = self._embed_texts([u.text for u in texts + captioned])
         sparse = self.bm25.documents([u.text for u in texts + captioned])
         vectors: Dict[str, Dict[str, Any]] = {u.node_id: {} for u in units}
-        for u, d, s in zip(texts + captioned, dense, sparse):
+        for u, d, s in zip(texts + captioned, dense, sparse, strict=True):
             vectors[u.node_id].update({schema.TEXT_DENSE: d, schema.TEXT_SPARSE: s})
         pixels = [u for u in imgs if u.metadata[schema.HAS_PIXELS]]
         if pixels:
             pending = {str(k): v for p in parsed for k, v in p.pending_images.items()}
             visual = self._embed_images([pending[u.image_path].data for u in pixels])
-            for u, v in zip(pixels, visual):
+            for u, v in zip(pixels, visual, strict=True):
                 vectors[u.node_id][schema.VISUAL] = v
         make = lambda u: PointData(u.node_id, schema.unit_to_payload(u), vectors[u.node_id])  # noqa: E731
         return [make(u) for u in texts], [make(u) for u in imgs]
@@ -289,7 +289,7 @@ class VMemIndex:
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         embedded = self.embed_model.get_text_embedding_batch([texts[i] for i in order], show_progress=self.show_progress)
         out: List[List[float]] = [[] for _ in texts]
-        for i, e in zip(order, embedded):
+        for i, e in zip(order, embedded, strict=True):
             out[i] = e
         return out
 

@@ -23,7 +23,7 @@ from .anchors import EnrichedAnchorTransform, HypoCaptionTransform
 from .config import VMemConfig
 from .fusion import FusedRound, near_image_seqs, rank_rounds, rrf
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
-from .store.base import Collection, Hit, Scope
+from .store.base import Collection, Hit
 
 if TYPE_CHECKING:
     from .index import VMemIndex
@@ -96,11 +96,14 @@ class VMemRetriever(BaseRetriever):
 
     # -- the algorithm ------------------------------------------------------------------------
 
-    def route(self, query_bundle: QueryBundle) -> RoutePlan:
-        return self.router.route(query_bundle, self.config)
+    def route(self, query_bundle: QueryBundle, **overrides: Any) -> RoutePlan:
+        return self.router.route(query_bundle, self.config.override(**overrides))
 
-    def retrieve_with_plan(self, query_bundle: QueryBundle) -> RetrievalResult:
-        plan = self.route(query_bundle)
+    def retrieve_with_plan(self, query_bundle: QueryBundle, **overrides: Any) -> RetrievalResult:
+        """Retrieve, returning the route plan and anchors too; ``VMemConfig`` fields override per query."""
+        if isinstance(query_bundle, str):
+            query_bundle = QueryBundle(query_bundle)
+        plan = self.route(query_bundle, **overrides)
         anchors = {a: self._anchor(a, query_bundle) for a in plan.anchors}
         eligible = self._eligible_seqs(plan)
         rankings, fused = self._rank(plan, anchors, query_bundle, eligible)
@@ -118,8 +121,9 @@ class VMemRetriever(BaseRetriever):
     def _rank(
         self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], query: QueryBundle, eligible: Optional[set]
     ) -> Tuple[Dict[str, List[Hit]], List[FusedRound]]:
-        rankings = {s.name: rank_rounds(self._search(s, anchors[s.anchor], query, eligible)) for s in plan.signals}
-        return rankings, rrf(rankings, self.config.rrf_kappa)
+        pool = plan.config.candidate_pool
+        rankings = {s.name: rank_rounds(self._search(s, anchors[s.anchor], eligible, pool)) for s in plan.signals}
+        return rankings, rrf(rankings, plan.config.rrf_kappa)
 
     def _anchor(self, anchor: Anchor, query: QueryBundle) -> AnchorValue:
         if anchor is Anchor.HYPO_CAPTION:
@@ -146,7 +150,7 @@ class VMemRetriever(BaseRetriever):
         image_units = self._index.store.scroll(Collection.IMAGE, self._index.scope())
         return near_image_seqs((h.payload[schema.SEQ] for h in image_units), plan.image_filter_window)
 
-    def _search(self, signal: Signal, anchor: AnchorValue, query: QueryBundle, eligible: Optional[set]) -> List[Hit]:
+    def _search(self, signal: Signal, anchor: AnchorValue, eligible: Optional[set], pool: int) -> List[Hit]:
         index = self._index
         if signal.vector == schema.VISUAL:
             vector: Any = index.encode_query_image(anchor.text)
@@ -155,7 +159,7 @@ class VMemRetriever(BaseRetriever):
         else:
             vector = index.encode_query_text(anchor.text)
         scope = index.scope(seqs=tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None)
-        return index.store.search(signal.collection, signal.vector, vector, scope, self.config.candidate_pool)
+        return index.store.search(signal.collection, signal.vector, vector, scope, pool)
 
     def _nodes(self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], top: List[FusedRound]) -> List[NodeWithScore]:
         rounds = self._index.get_rounds([r.round_id for r in top])

@@ -7,9 +7,7 @@ the same MiniLM: each test first shows it misses, then that V-Mem's route finds 
 
 from __future__ import annotations
 
-import io
 
-import pytest
 from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import ImageNode, TextNode
 from PIL import Image

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from .. import schema
 from ..encoders.bm25 import Sparse
 
 Vector = Union[List[float], Sparse]
@@ -42,6 +43,28 @@ class Scope:
     def is_empty(self) -> bool:
         """An explicit empty id or seq list matches nothing (and must not mean 'no filter')."""
         return (self.round_ids is not None and not self.round_ids) or (self.seqs is not None and not self.seqs)
+
+
+def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
+    """The scope as backend-neutral ``(key, "eq" | "any" | "range", value)`` conditions, all required.
+
+    The memory condition is always first: this is the one place tenant scoping is decided.
+    """
+    out: List[Tuple[str, str, Any]] = [(schema.MEMORY_ID, "eq", scope.memory_id)]
+    if scope.round_ids is not None:
+        out.append((schema.ROUND_ID, "any", list(scope.round_ids)))
+    if scope.seqs is not None:
+        out.append((schema.SEQ, "any", list(scope.seqs)))
+    if scope.session_id is not None:
+        out.append((schema.SESSION_ID, "eq", scope.session_id))
+    if scope.seq_range is not None:
+        out.append((schema.SEQ, "range", scope.seq_range))
+    return out
+
+
+def present(vectors: Dict[str, Vector]) -> Dict[str, Vector]:
+    """Drop empty sparse vectors (a text with only stopwords): Qdrant rejects them."""
+    return {name: v for name, v in vectors.items() if not (isinstance(v, Sparse) and not v)}
 
 
 @dataclass

@@ -16,7 +16,7 @@ import qdrant_edge as qe
 
 from .. import schema
 from ..encoders.bm25 import Sparse
-from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector
+from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
 MANIFEST = "manifest.json"
 _SCROLL_PAGE = 1024
@@ -71,7 +71,7 @@ class EdgeLaneStore(LaneStore):
     def upsert(self, collection: Collection, points: Sequence[PointData]) -> None:
         if points:
             self._shards[collection].update(
-                qe.UpdateOperation.upsert_points([qe.Point(p.id, _vectors(p.vectors), p.payload) for p in points])
+                qe.UpdateOperation.upsert_points([qe.Point(p.id, {n: _vector(v) for n, v in present(p.vectors).items()}, p.payload) for p in points])
             )
 
     def search(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
@@ -147,19 +147,10 @@ def _vector(v: Vector) -> Any:
     return qe.SparseVector(list(v.indices), list(v.values)) if isinstance(v, Sparse) else list(v)
 
 
-def _vectors(vectors: Dict[str, Vector]) -> Dict[str, Any]:
-    return {name: _vector(v) for name, v in vectors.items() if not (isinstance(v, Sparse) and not v)}
-
-
 def _filter(scope: Scope) -> qe.Filter:
-    must: List[Any] = [qe.FieldCondition(key=schema.MEMORY_ID, match=qe.MatchValue(scope.memory_id))]
-    if scope.round_ids is not None:
-        must.append(qe.FieldCondition(key=schema.ROUND_ID, match=qe.MatchAny(list(scope.round_ids))))
-    if scope.seqs is not None:
-        must.append(qe.FieldCondition(key=schema.SEQ, match=qe.MatchAny(list(scope.seqs))))
-    if scope.session_id is not None:
-        must.append(qe.FieldCondition(key=schema.SESSION_ID, match=qe.MatchValue(scope.session_id)))
-    if scope.seq_range is not None:
-        lo, hi = scope.seq_range
-        must.append(qe.FieldCondition(key=schema.SEQ, range=qe.RangeFloat(gte=lo, lte=hi)))
-    return qe.Filter(must=must)
+    def condition(key: str, kind: str, value: Any) -> qe.FieldCondition:
+        if kind == "range":
+            return qe.FieldCondition(key=key, range=qe.RangeFloat(gte=value[0], lte=value[1]))
+        return qe.FieldCondition(key=key, match=qe.MatchAny(value) if kind == "any" else qe.MatchValue(value))
+
+    return qe.Filter(must=[condition(*c) for c in conditions(scope)])

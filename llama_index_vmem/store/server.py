@@ -6,13 +6,14 @@ Each lane is one collection shared by all memories, with ``memory_id`` as the te
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, List, Optional, Sequence
 
 from qdrant_client import QdrantClient, models
 
 from .. import schema
 from ..encoders.bm25 import Sparse
-from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector
+from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
 _SCROLL_PAGE = 1024
 
@@ -28,6 +29,11 @@ class ServerLaneStore(LaneStore):
         return f"{self.prefix}_{collection.value}"
 
     def ensure_collections(self, dims: LaneDims, manifest: Dict[str, Any]) -> None:
+        with warnings.catch_warnings():  # local mode says its payload indexes do nothing; a server uses them
+            warnings.filterwarnings("ignore", message="Payload indexes have no effect")
+            self._ensure_collections(dims)
+
+    def _ensure_collections(self, dims: LaneDims) -> None:
         for c in Collection:
             name = self.name(c)
             if self.client.collection_exists(name):
@@ -49,7 +55,7 @@ class ServerLaneStore(LaneStore):
         if points:
             self.client.upsert(
                 self.name(collection),
-                points=[models.PointStruct(id=p.id, vector=_vectors(p.vectors), payload=p.payload) for p in points],
+                points=[models.PointStruct(id=p.id, vector={n: _vector(v) for n, v in present(p.vectors).items()}, payload=p.payload) for p in points],
                 wait=True,
             )
 
@@ -124,19 +130,11 @@ def _vector(v: Vector) -> Any:
     return models.SparseVector(indices=list(v.indices), values=list(v.values)) if isinstance(v, Sparse) else list(v)
 
 
-def _vectors(vectors: Dict[str, Vector]) -> Dict[str, Any]:
-    return {name: _vector(v) for name, v in vectors.items() if not (isinstance(v, Sparse) and not v)}
-
-
 def _filter(scope: Scope) -> models.Filter:
-    must: List[Any] = [models.FieldCondition(key=schema.MEMORY_ID, match=models.MatchValue(value=scope.memory_id))]
-    if scope.round_ids is not None:
-        must.append(models.FieldCondition(key=schema.ROUND_ID, match=models.MatchAny(any=list(scope.round_ids))))
-    if scope.seqs is not None:
-        must.append(models.FieldCondition(key=schema.SEQ, match=models.MatchAny(any=list(scope.seqs))))
-    if scope.session_id is not None:
-        must.append(models.FieldCondition(key=schema.SESSION_ID, match=models.MatchValue(value=scope.session_id)))
-    if scope.seq_range is not None:
-        lo, hi = scope.seq_range
-        must.append(models.FieldCondition(key=schema.SEQ, range=models.Range(gte=lo, lte=hi)))
-    return models.Filter(must=must)
+    def condition(key: str, kind: str, value: Any) -> models.FieldCondition:
+        if kind == "range":
+            return models.FieldCondition(key=key, range=models.Range(gte=value[0], lte=value[1]))
+        match = models.MatchAny(any=value) if kind == "any" else models.MatchValue(value=value)
+        return models.FieldCondition(key=key, match=match)
+
+    return models.Filter(must=[condition(*c) for c in conditions(scope)])
