@@ -84,3 +84,28 @@ def test_async_query_and_retrieve(make_index, photos, scripted_llm):
     nodes, response = asyncio.run(run())
     assert nodes[0].node.metadata["round_key"] == "D2:1"
     assert str(response) == "Lisbon"
+
+
+def test_anchor_transforms_keep_the_attached_image(scripted_llm, photos):
+    from llama_index.core.schema import QueryBundle
+
+    from llama_index_vmem.anchors import EnrichedAnchorTransform, HypoCaptionTransform
+
+    llm = scripted_llm({"You can SEE": '```json\n{"keywords": ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]}\n```'},
+                       default="a caption")
+    query = QueryBundle("What is this?", image_path=str(photos["coffee"]))
+    enriched = EnrichedAnchorTransform(llm, max_keywords=8).run(query)
+    assert enriched.image_path == str(photos["coffee"])
+    assert enriched.query_str == "What is this? a b c d e f g h"  # at most 8 keywords, fences tolerated
+    assert HypoCaptionTransform(llm).run(query).image_path == str(photos["coffee"])
+
+
+def test_config_overrides_per_index_and_per_query(make_index, photos):
+    from llama_index_vmem import VMemConfig
+
+    index = make_index(config=VMemConfig(k=2))
+    index.add_rounds([{"user": f"note {i} about tea", "assistant": "ok", "session_id": "S"} for i in range(6)])
+    retriever = index.as_retriever()
+    assert len(retriever.retrieve("tea")) == 2
+    assert len(retriever.retrieve_with_plan("tea", k=4).nodes) == 4
+    assert len(index.as_retriever(k=3).retrieve("tea")) == 3
