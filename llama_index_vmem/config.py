@@ -32,6 +32,12 @@ class VMemConfig:
     hypo_caption_counting_gate: bool = True
     #: Turn the aggregation branch (no neighbours, aggregation_k rounds) on or off.
     aggregation_enabled: bool = True
+    #: Ablation: route lanes by case. False fires every signal with the raw query, uniformly.
+    routing: bool = True
+    #: Ablation: rank and return whole rounds. False ranks and returns bare units, no neighbours.
+    round_level: bool = True
+    #: Ablation: search cross-modal cases with LLM-written anchors. False keeps the raw query.
+    anchors: bool = True
 
     def override(self, **changes: Any) -> "VMemConfig":
         """A copy with some fields changed; ``None`` values keep the current field."""

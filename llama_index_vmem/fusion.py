@@ -7,15 +7,17 @@ the rankings fused by RRF, so bounded cosine and unbounded BM25 never compete on
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Sequence, Set
+from typing import Callable, Dict, Iterable, List, Mapping, Sequence, Set
 
 from . import schema
 from .store.base import Hit
 
 
 @dataclass
-class FusedRound:
-    round_id: str
+class Fused:
+    """A round (or, in the unit-level ablation, a unit) after fusion."""
+
+    id: str
     seq: int
     score: float = 0.0
     #: 1-based rank of this round under each signal that found it.
@@ -24,23 +26,31 @@ class FusedRound:
     best_units: Dict[str, Hit] = field(default_factory=dict)
 
 
-def rank_rounds(hits: Iterable[Hit]) -> List[Hit]:
-    """One hit per round (its best unit), best first."""
+def round_of(hit: Hit) -> str:
+    return hit.payload[schema.ROUND_ID]
+
+
+def unit_of(hit: Hit) -> str:
+    return hit.id
+
+
+def rank_rounds(hits: Iterable[Hit], key: Callable[[Hit], str] = round_of) -> List[Hit]:
+    """One hit per round (its best unit), best first; ``key=unit_of`` keeps every unit."""
     best: Dict[str, Hit] = {}
     for hit in hits:
-        rid = hit.payload[schema.ROUND_ID]
-        if rid not in best or hit.score > best[rid].score:
-            best[rid] = hit
+        k = key(hit)
+        if k not in best or hit.score > best[k].score:
+            best[k] = hit
     return sorted(best.values(), key=lambda h: (-h.score, h.payload.get(schema.SEQ, 0)))
 
 
-def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int) -> List[FusedRound]:
+def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], str] = round_of) -> List[Fused]:
     """score(r) = sum over signals of 1 / (kappa + rank); ties go to the earlier round."""
-    fused: Dict[str, FusedRound] = {}
+    fused: Dict[str, Fused] = {}
     for signal, ranked in rankings.items():
         for rank, hit in enumerate(ranked, start=1):
-            rid = hit.payload[schema.ROUND_ID]
-            entry = fused.setdefault(rid, FusedRound(rid, int(hit.payload.get(schema.SEQ, 0))))
+            rid = key(hit)
+            entry = fused.setdefault(rid, Fused(rid, int(hit.payload.get(schema.SEQ, 0))))
             entry.score += 1.0 / (kappa + rank)
             entry.ranks[signal] = rank
             entry.best_units[signal] = hit

@@ -75,7 +75,10 @@ class ParsedRound:
 
 
 def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
-    """``{user, assistant, images: [{image_id, path|bytes|url, caption}], session_id, timestamp, round_key}``."""
+    """``{user, assistant, images: [{image_id, path|bytes|url, caption, role}], audio, session_id, timestamp, round_key}``.
+
+    An image's ``role`` (``user`` by default) says whose message shared it: its caption is folded there.
+    """
     if not isinstance(data, Mapping):
         raise VMemInputError(item, f"a round must be a dict, got {type(data).__name__}")
     if isinstance(data.get("round_key"), (str, int)) and not isinstance(data.get("round_key"), bool):
@@ -95,14 +98,18 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
         if not isinstance(img, Mapping):
             raise VMemInputError(f"{item} image {i}", f"must be a dict, got {type(img).__name__}")
         name = f"{item} image {img['image_id'] if isinstance(img.get('image_id'), str) else i}"
-        extra = set(img) - {"image_id", "path", "bytes", "url", "caption"}
+        extra = set(img) - {"image_id", "path", "bytes", "url", "caption", "role"}
         if extra:
             raise VMemInputError(name, f"unknown image fields {sorted(extra)}")
         caption = img.get("caption")
         if caption is not None and not isinstance(caption, str):
             raise VMemInputError(name, f"'caption' must be a string, got {type(caption).__name__}")
+        role = img.get("role", schema.Role.USER.value)
+        if role not in (schema.Role.USER.value, schema.Role.ASSISTANT.value):
+            raise VMemInputError(name, f"'role' must be 'user' or 'assistant', got {role!r}")
         parsed_images.append(
             ImageInput(
+                role=role,
                 image_id=_opt_str(name, "image_id", img.get("image_id")),
                 path=img.get("path"),
                 data=img.get("bytes"),

@@ -21,7 +21,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from . import schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform
 from .config import VMemConfig
-from .fusion import FusedRound, near_image_seqs, rank_rounds, rrf
+from .fusion import Fused, near_image_seqs, rank_rounds, round_of, rrf, unit_of
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
 from .store.base import Collection, Hit
 
@@ -47,7 +47,8 @@ class RetrievalResult:
 
     plan: RoutePlan
     anchors: Dict[Anchor, AnchorValue]
-    rounds: List[FusedRound]
+    #: Fused rounds (units in the unit-level ablation), best first.
+    rounds: List[Fused]
     nodes: List[NodeWithScore]
     #: Best stored image under the visual signal, if that signal ran and found one.
     visual_match: Optional[Hit] = None
@@ -120,10 +121,11 @@ class VMemRetriever(BaseRetriever):
 
     def _rank(
         self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], query: QueryBundle, eligible: Optional[set]
-    ) -> Tuple[Dict[str, List[Hit]], List[FusedRound]]:
+    ) -> Tuple[Dict[str, List[Hit]], List[Fused]]:
         pool = plan.config.candidate_pool
-        rankings = {s.name: rank_rounds(self._search(s, anchors[s.anchor], eligible, pool)) for s in plan.signals}
-        return rankings, rrf(rankings, plan.config.rrf_kappa)
+        key = round_of if plan.round_level else unit_of
+        rankings = {s.name: rank_rounds(self._search(s, anchors[s.anchor], eligible, pool), key) for s in plan.signals}
+        return rankings, rrf(rankings, plan.config.rrf_kappa, key)
 
     def _anchor(self, anchor: Anchor, query: QueryBundle) -> AnchorValue:
         if anchor is Anchor.HYPO_CAPTION:
@@ -161,17 +163,10 @@ class VMemRetriever(BaseRetriever):
         scope = index.scope(seqs=tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None)
         return index.store.search(signal.collection, signal.vector, vector, scope, pool)
 
-    def _nodes(self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], top: List[FusedRound]) -> List[NodeWithScore]:
-        rounds = self._index.get_rounds([r.round_id for r in top])
-        images: Dict[str, List[Any]] = {}
-        if plan.return_images:
-            images = self._index.images_near([rounds[r.round_id] for r in top if r.round_id in rounds], plan.image_filter_window or 0)
+    def _nodes(self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], top: List[Fused]) -> List[NodeWithScore]:
         anchor_info = {a.value: {"text": v.text, "source": v.source} for a, v in anchors.items()}
-        out: List[NodeWithScore] = []
-        for fused in top:
-            node = rounds.get(fused.round_id)
-            if node is None:  # a round whose write never finished is not part of the memory
-                continue
+
+        def explained(node: Any, fused: Fused) -> NodeWithScore:
             node.metadata[EXPLAIN_KEY] = {
                 "case": plan.case.value,
                 "anchors": anchor_info,
@@ -182,7 +177,19 @@ class VMemRetriever(BaseRetriever):
                 "neighbor_window": plan.neighbor_window,
                 "match": "retrieved",
             }
-            out.append(NodeWithScore(node=node, score=fused.score))
-            out.extend(NodeWithScore(node=img, score=fused.score) for img in images.get(fused.round_id, []))
-        return out
+            return NodeWithScore(node=node, score=fused.score)
 
+        if not plan.round_level:  # ablation: bare units
+            return [explained(schema.unit_from_payload(f.id, next(iter(f.best_units.values())).payload), f) for f in top]
+        rounds = self._index.get_rounds([r.id for r in top])
+        images: Dict[str, List[Any]] = {}
+        if plan.return_images:
+            images = self._index.images_near([rounds[r.id] for r in top if r.id in rounds], plan.image_filter_window or 0)
+        out: List[NodeWithScore] = []
+        for fused in top:
+            node = rounds.get(fused.id)
+            if node is None:  # a round whose write never finished is not part of the memory
+                continue
+            out.append(explained(node, fused))
+            out.extend(NodeWithScore(node=img, score=fused.score) for img in images.get(fused.id, []))
+        return out

@@ -93,6 +93,8 @@ class RoutePlan:
     return_images: bool
     #: ``"answer"`` or ``"conflict"``.
     answer_prompt: str
+    #: Rank rounds (by their best unit) rather than bare units.
+    round_level: bool
     counting: bool
     aggregation: bool
     config: VMemConfig
@@ -121,7 +123,10 @@ def _visual_signals(has_pixels: bool) -> Tuple[Signal, ...]:
     """The query image by its pixels, or by its caption when it came without pixels (never faked)."""
     if has_pixels:
         return (Signal("visual", Collection.IMAGE, schema.VISUAL, Anchor.QUERY_IMAGE),)
-    return _caption_signals(Anchor.QUERY_IMAGE_CAPTION)
+    return (
+        Signal("visual_by_caption_dense", Collection.IMAGE, schema.TEXT_DENSE, Anchor.QUERY_IMAGE_CAPTION),
+        Signal("visual_by_caption_bm25", Collection.IMAGE, schema.TEXT_SPARSE, Anchor.QUERY_IMAGE_CAPTION),
+    )
 
 
 class ModalityRouter:
@@ -146,21 +151,28 @@ class ModalityRouter:
             f"query modality: {'image+text' if has_image else 'text'} ({'image attached' if has_image else 'no image'})",
             f"target modality: {'image' if wants_image else 'text'} (keyword rule)",
         ]
+        hypo = Anchor.HYPO_CAPTION if config.anchors else Anchor.QUERY
+        enriched = Anchor.ENRICHED if config.anchors else Anchor.QUERY
+        if not config.routing:
+            reasons.append("routing off (ablation): every signal, raw query, no filter or aggregation")
+            aggregation = wants_image = counting = False
         if has_image and wants_image:
             case = Case.IMAGE_TEXT_TO_IMAGE
             signals = _visual_signals(has_pixels)
         elif has_image:
             case = Case.IMAGE_TEXT_TO_TEXT
-            signals = _visual_signals(has_pixels) + _text_signals(Anchor.ENRICHED)
+            signals = _visual_signals(has_pixels) + _text_signals(enriched)
         elif wants_image:
             case = Case.TEXT_TO_IMAGE
             gate = counting and config.hypo_caption_counting_gate
             if gate:
                 reasons.append("counting question: hypo-caption skipped")
-            signals = _text_signals(Anchor.QUERY) + _caption_signals(Anchor.QUERY if gate else Anchor.HYPO_CAPTION)
+            signals = _text_signals(Anchor.QUERY) + _caption_signals(Anchor.QUERY if gate else hypo)
         else:
             case = Case.TEXT_TO_TEXT
             signals = _text_signals(Anchor.QUERY)
+        if not config.routing:
+            signals = _text_signals(Anchor.QUERY) + _caption_signals(Anchor.QUERY) + (_visual_signals(has_pixels) if has_image else ())
         if aggregation:
             reasons.append("aggregation question: no neighbours, k widened")
         if conflict:
@@ -169,10 +181,11 @@ class ModalityRouter:
             case=case,
             signals=signals,
             k=config.aggregation_k if aggregation else config.k,
-            neighbor_window=0 if aggregation else config.neighbor_window,
+            neighbor_window=0 if aggregation or not config.round_level else config.neighbor_window,
             image_filter_window=config.image_filter_window if wants_image else None,
             return_images=wants_image,
             answer_prompt="conflict" if conflict else "answer",
+            round_level=config.round_level,
             counting=counting,
             aggregation=aggregation,
             config=config,

@@ -217,3 +217,12 @@ def test_neighbours_merge_into_time_ordered_blocks(make_index):
     assert spans == [["D1:2", "D1:3", "D1:4", "D1:5", "D1:6"], ["D1:9", "D1:10"]]
     assert blocks[0].node.metadata["matched_rounds"] == ["D1:3", "D1:5"]
     assert blocks[0].node.text.index("round D1:2") < blocks[0].node.text.index("round D1:6")
+
+
+def test_unit_level_ablation_returns_bare_units(make_index):
+    index = make_index()
+    index.add_rounds([_round(f"D1:{i}", f"topic {i} kiwi" if i == 3 else f"topic {i}", "ok") for i in range(1, 6)])
+    result = index.as_retriever(round_level=False, k=3).retrieve_with_plan(VMemQueryBundle("kiwi"))
+    assert len(result.nodes) == 3
+    assert result.nodes[0].node.text == "topic 3 kiwi" and result.nodes[0].node.metadata["role"] == "user"
+    assert "unit_ids" not in result.nodes[0].node.metadata

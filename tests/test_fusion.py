@@ -18,7 +18,7 @@ def test_rrf_sums_reciprocal_ranks():
     dense = rank_rounds([hit("a", "A", 1, 0.9), hit("b", "B", 2, 0.8)])
     sparse = rank_rounds([hit("b2", "B", 2, 12.0), hit("c", "C", 3, 3.0)])
     fused = rrf({"dense": dense, "sparse": sparse}, kappa=60)
-    assert [f.round_id for f in fused] == ["B", "A", "C"]
+    assert [f.id for f in fused] == ["B", "A", "C"]
     b = fused[0]
     assert b.ranks == {"dense": 2, "sparse": 1}
     assert abs(b.score - (1 / 62 + 1 / 61)) < 1e-12
@@ -27,7 +27,7 @@ def test_rrf_sums_reciprocal_ranks():
 
 def test_rrf_ties_go_to_the_earlier_round():
     fused = rrf({"x": rank_rounds([hit("a", "A", 5, 1.0)]), "y": rank_rounds([hit("b", "B", 2, 1.0)])}, kappa=60)
-    assert [f.round_id for f in fused] == ["B", "A"]
+    assert [f.id for f in fused] == ["B", "A"]
 
 
 def test_near_image_window_and_span_merging():

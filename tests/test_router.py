@@ -49,7 +49,7 @@ def test_four_cases_fix_lanes_and_anchors():
 def test_caption_only_query_image_is_matched_by_caption_not_a_fake_visual_vector():
     plan = ROUTER.route(VMemQueryBundle("Which picture is this?", image_caption="a red bike"), CONFIG)
     assert plan.case is Case.IMAGE_TEXT_TO_IMAGE
-    assert {s.name for s in plan.signals} == {"caption_dense", "caption_bm25"}
+    assert {s.name for s in plan.signals} == {"visual_by_caption_dense", "visual_by_caption_bm25"}
     assert all(s.anchor is Anchor.QUERY_IMAGE_CAPTION for s in plan.signals)
 
 
@@ -75,3 +75,15 @@ def test_config_overrides_and_rules_are_replaceable():
         CONFIG.override(kappa=3)
     custom = ModalityRouter(KeywordRules(show_image=re.compile(r"\bdisplay\b")))
     assert custom.target_is_image("display my holiday") and not ROUTER.target_is_image("display my holiday")
+
+
+def test_ablation_switches():
+    vanilla = ROUTER.route(VMemQueryBundle("Which photo shows the cake?", image_caption="a cake"), CONFIG.override(routing=False))
+    assert {s.name for s in vanilla.signals} == {"text_dense", "text_bm25", "caption_dense", "caption_bm25",
+                                                 "visual_by_caption_dense", "visual_by_caption_bm25"}
+    assert all(s.anchor in (Anchor.QUERY, Anchor.QUERY_IMAGE_CAPTION) for s in vanilla.signals)
+    assert vanilla.image_filter_window is None and not vanilla.aggregation
+    units = ROUTER.route(VMemQueryBundle("What did I cook?"), CONFIG.override(round_level=False))
+    assert not units.round_level and units.neighbor_window == 0
+    no_anchor = ROUTER.route(VMemQueryBundle("Which photo shows the cake?"), CONFIG.override(anchors=False))
+    assert {s.anchor for s in no_anchor.signals} == {Anchor.QUERY}

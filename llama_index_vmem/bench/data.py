@@ -1,0 +1,182 @@
+"""Benchmark loaders: Mem-Gallery dialogues and LoCoMo conversations as one shape.
+
+Each conversation becomes its own memory. Images whose file is missing (the released data has
+captions only) become caption-only units, and a question image is then represented by its
+caption; ``image_mode`` records which, per conversation, so the report never mixes them silently.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+logger = logging.getLogger(__name__)
+
+PIXELS, CAPTION = "pixels", "caption"
+_TURN_ID = re.compile(r"D(\d+):(\d+)")
+#: LoCoMo category 5 (adversarial) has no answer in the conversation and is excluded.
+LOCOMO_EXCLUDED = {5}
+LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+
+
+@dataclass
+class BenchImage:
+    image_id: str
+    caption: str
+    path: Optional[Path] = None
+    #: Which side of the exchange shared it (``user`` or ``assistant``).
+    role: str = "user"
+
+
+@dataclass
+class BenchRound:
+    key: str
+    session_id: str
+    timestamp: str
+    user: str
+    assistant: str
+    images: List[BenchImage] = field(default_factory=list)
+    #: The benchmark's own ids covered by this round (Mem-Gallery: the round; LoCoMo: its turns).
+    turn_ids: List[str] = field(default_factory=list)
+
+    def as_round_dict(self) -> Dict[str, Any]:
+        """The ``VMemIndex.add_rounds`` input for this round."""
+        return {
+            "round_key": self.key,
+            "session_id": self.session_id,
+            "timestamp": self.timestamp,
+            "user": self.user,
+            "assistant": self.assistant,
+            "images": [
+                {"image_id": i.image_id, "caption": i.caption, "role": i.role, **({"path": str(i.path)} if i.path else {})}
+                for i in self.images
+            ],
+        }
+
+
+@dataclass
+class BenchQuestion:
+    qid: str
+    question: str
+    category: str
+    gold: List[str]
+    answer: str
+    image_path: Optional[Path] = None
+    image_caption: Optional[str] = None
+
+
+@dataclass
+class BenchConversation:
+    name: str
+    benchmark: str
+    rounds: List[BenchRound]
+    questions: List[BenchQuestion]
+    image_mode: str
+    #: Evidence ids that were malformed in the data (repaired or dropped), for the report.
+    malformed_evidence: int = 0
+    speakers: Tuple[str, str] = ("user", "assistant")
+
+    def turn_ids(self, round_keys: List[str]) -> List[str]:
+        """Expand round keys to the benchmark's ids, in order."""
+        by_key = {r.key: r.turn_ids for r in self.rounds}
+        return [t for k in round_keys for t in by_key.get(k, [])]
+
+
+def _image_path(raw: Optional[str], json_path: Path, image_root: Optional[Path]) -> Optional[Path]:
+    if not raw:
+        return None
+    candidates = [(json_path.parent / raw).resolve()]
+    if image_root is not None:
+        parts = Path(raw).parts
+        candidates += [image_root / Path(*parts[-2:]), image_root / parts[-1]]
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def load_memgallery(path: Path, image_root: Optional[Path] = None) -> BenchConversation:
+    """One Mem-Gallery dialogue file: rounds ``D1:3``, images, and the human-annotated QAs."""
+    path = Path(path)
+    data = json.loads(path.read_text())
+    rounds: List[BenchRound] = []
+    modes = set()
+    for session in data["multi_session_dialogues"]:
+        for d in session["dialogues"]:
+            images = []
+            paths = d.get("input_image") or [None] * len(d.get("image_id", []))
+            for image_id, caption, raw in zip(d.get("image_id", []), d.get("image_caption", []), paths):
+                file = _image_path(raw, path, image_root)
+                modes.add(PIXELS if file else CAPTION)
+                images.append(BenchImage(image_id=image_id, caption=caption, path=file))
+            rounds.append(BenchRound(d["round"], session["session_id"], session.get("date", ""), d.get("user", ""),
+                                     d.get("assistant", ""), images, [d["round"]]))
+    questions = []
+    for i, qa in enumerate(data.get("human-annotated QAs", [])):
+        image = _image_path(qa.get("question_image"), path, image_root)
+        if qa.get("question_image"):
+            modes.add(PIXELS if image else CAPTION)
+        questions.append(BenchQuestion(
+            qid=f"{path.stem}#{i}", question=qa["question"], category=qa["point"], gold=list(qa.get("clue") or []),
+            answer=str(qa.get("answer", "")), image_path=image, image_caption=qa.get("image_caption"),
+        ))
+    name = data.get("character_profile", {}).get("name", "user")
+    return BenchConversation(path.stem, "memgallery", rounds, questions, _mode(modes), speakers=(f"user ({name})", "assistant"))
+
+
+def _mode(modes: set) -> str:
+    if len(modes) > 1:
+        raise ValueError("some images of this conversation have pixels and some do not; pass --image-root for all or none")
+    return modes.pop() if modes else CAPTION
+
+
+def parse_evidence(raw: List[Any]) -> Tuple[List[str], int]:
+    """Turn ids from LoCoMo ``evidence``, tolerating ``"D8:6; D9:17"``, ``"D:11:26"`` and ``"D"``."""
+    ids: List[str] = []
+    malformed = 0
+    for item in raw:
+        text = str(item)
+        found = _TURN_ID.findall(text.replace("D:", "D"))
+        if not found or not _TURN_ID.fullmatch(text.strip()):
+            malformed += 1
+        ids.extend(f"D{s}:{t}" for s, t in found)
+    return ids, malformed
+
+
+def load_locomo(path: Path) -> List[BenchConversation]:
+    """LoCoMo conversations: a round is a speaker-A turn plus the speaker-B turns after it (same session)."""
+    out = []
+    for sample in json.loads(Path(path).read_text()):
+        conv = sample["conversation"]
+        speaker_a, speaker_b = conv["speaker_a"], conv["speaker_b"]
+        rounds: List[BenchRound] = []
+        sessions = sorted((int(k.split("_")[1]), v) for k, v in conv.items() if re.fullmatch(r"session_\d+", k))
+        for number, turns in sessions:
+            when = conv.get(f"session_{number}_date_time", "")
+            current: Optional[BenchRound] = None
+            for turn in turns:
+                text = f"{turn['speaker']}: {turn['text']}"
+                is_a = turn["speaker"] == speaker_a
+                if current is None or (is_a and current.assistant):
+                    current = BenchRound(turn["dia_id"], f"D{number}", when, "", "", [], [])
+                    rounds.append(current)
+                if is_a and not current.assistant:
+                    current.user = "\n".join(t for t in (current.user, text) if t)
+                else:
+                    current.assistant = "\n".join(t for t in (current.assistant, text) if t)
+                current.turn_ids.append(turn["dia_id"])
+                if turn.get("blip_caption"):
+                    current.images.append(BenchImage(f"{turn['dia_id']}:IMG", turn["blip_caption"],
+                                                     role="user" if is_a and not current.assistant else "assistant"))
+        questions = []
+        malformed = 0
+        for i, qa in enumerate(sample["qa"]):
+            if qa["category"] in LOCOMO_EXCLUDED:
+                continue
+            gold, bad = parse_evidence(qa.get("evidence", []))
+            malformed += bad
+            questions.append(BenchQuestion(f"{sample['sample_id']}#{i}", qa["question"], LOCOMO_CATEGORIES[qa["category"]],
+                                           gold, str(qa.get("answer", ""))))
+        out.append(BenchConversation(sample["sample_id"], "locomo", rounds, questions, CAPTION, malformed, (speaker_a, speaker_b)))
+    return out
