@@ -16,7 +16,7 @@ class VMemConfig:
 
     #: Reciprocal-rank-fusion constant kappa in score(r) = sum_j 1 / (kappa + rank_j(r)).
     rrf_kappa: int = 60
-    #: Units fetched per active signal before rounds are scored (the candidate pool).
+    #: Units fetched per active signal before rounds are scored (the candidate pool; at least k).
     candidate_pool: int = 20
     #: Rounds returned for ordinary questions.
     k: int = 12

@@ -49,22 +49,38 @@ class NeighborRoundPostprocessor(BaseNodePostprocessor):
             elif current is not None:
                 images.setdefault(current, []).append(n)
         window = self.window if self.window is not None else rounds[0].node.metadata.get(EXPLAIN_KEY, {}).get("neighbor_window", 1)
-        spans = merge_spans([(r.node.metadata[schema.SEQ] - window, r.node.metadata[schema.SEQ] + window) for r in rounds])
         by_seq = {r.node.metadata[schema.SEQ]: r for r in rounds}
-        stored = {}
+        known = {s: r.node for s, r in by_seq.items()}
         if window > 0:
-            wanted = tuple(s for lo, hi in spans for s in range(max(lo, 1), hi + 1) if s not in by_seq)
-            stored = {n.metadata[schema.SEQ]: n for n in self._index.rounds_by_seqs(wanted)}
+            wanted = {s + d for s in by_seq for d in range(-window, window + 1) if s + d >= 1} - set(by_seq)
+            known.update((n.metadata[schema.SEQ], n) for n in self._index.rounds_by_seqs(sorted(wanted)))
         out: List[NodeWithScore] = []
-        for lo, hi in spans:
-            members = [(s, by_seq[s].node if s in by_seq else stored.get(s)) for s in range(lo, hi + 1)]
-            members = [(s, n) for s, n in members if n is not None]
-            matched = [s for s, _ in members if s in by_seq]
-            block = _block_node([n for _, n in members], [by_seq[s].node for s in matched])
+        for lo, hi in _session_spans(by_seq, known, window):
+            members = [known[s] for s in range(lo, hi + 1) if s in known]
+            matched = [s for s in range(lo, hi + 1) if s in by_seq]
+            block = _block_node(members, [by_seq[s].node for s in matched])
             out.append(NodeWithScore(node=block, score=max(by_seq[s].score or 0.0 for s in matched)))
             for s in matched:
                 out.extend(images.get(s, []))
         return out
+
+
+def _session_spans(matched: Dict[int, Any], known: Dict[int, TextNode], window: int) -> List[Tuple[int, int]]:
+    """Each matched round widened by up to ``window`` rounds of its own session, merged, in order.
+
+    A neighbour from another session is another day's conversation, not a continuation of the topic.
+    """
+    by_session: Dict[Any, List[Tuple[int, int]]] = {}
+    for s in matched:
+        session = known[s].metadata.get(schema.SESSION_ID)
+        same = lambda n: n in known and known[n].metadata.get(schema.SESSION_ID) == session  # noqa: E731
+        lo = hi = s
+        while lo > s - window and same(lo - 1):
+            lo -= 1
+        while hi < s + window and same(hi + 1):
+            hi += 1
+        by_session.setdefault(session, []).append((lo, hi))
+    return sorted(span for spans in by_session.values() for span in merge_spans(spans))
 
 
 def merge_spans(spans: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
@@ -79,7 +95,7 @@ def merge_spans(spans: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
 
 
 def _block_node(members: List[TextNode], matched: List[TextNode]) -> TextNode:
-    text = "\n\n".join(f"[{schema.round_header(n.metadata)}]\n{n.text}" for n in members)
+    text = f"[{schema.block_header([n.metadata for n in members])}]\n" + "\n\n".join(n.text for n in members)
     first = members[0].metadata
     metadata = {
         BLOCK_ROUNDS: [n.metadata[schema.ROUND_KEY] for n in members],

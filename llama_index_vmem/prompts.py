@@ -106,3 +106,36 @@ IMAGE_NOTE_MATCHED_PROMPT = PromptTemplate(
     "conversation image: ({image_id} -- \"{caption}\"). Identify the product/entity it depicts using "
     "the conversation and answer; do NOT reply \"Information not found\" if the conversation identifies it."
 )
+
+#: LoCoMo's semantic grader as used across the LoCoMo memory literature (Mem0's ``ACCURACY_PROMPT``);
+#: the benchmark harness uses it for end-to-end QA on LoCoMo.
+LOCOMO_GRADER_PROMPT = PromptTemplate(
+    "Your task is to label an answer to a question as 'CORRECT' or 'WRONG'. You will be given the following data:\n"
+    "    (1) a question (posed by one user to another user),\n"
+    "    (2) a 'gold' (ground truth) answer,\n"
+    "    (3) a generated answer\n"
+    "which you will score as CORRECT/WRONG.\n"
+    "\n"
+    "The point of the question is to ask about something one user should know about the other user based on their "
+    "prior conversations.\n"
+    "The gold answer will usually be a concise and short answer that includes the referenced topic, for example:\n"
+    "Question: Do you remember what I got the last time I went to Hawaii?\n"
+    "Gold answer: A shell necklace\n"
+    "The generated answer might be much longer, but you should be generous with your grading - as long as it touches "
+    "on the same topic as the gold answer, it should be counted as CORRECT.\n"
+    "\n"
+    "For time related questions, the gold answer will be a specific date, month, year, etc. The generated answer might "
+    "be much longer or use relative time references (like \"last Tuesday\" or \"next month\"), but you should be generous "
+    "with your grading - as long as it refers to the same date or time period as the gold answer, it should be counted "
+    "as CORRECT. Even if the format differs (e.g., \"May 7th\" vs \"7 May\"), consider it CORRECT if it's the same date.\n"
+    "\n"
+    "Now it's time for the real question:\n"
+    "Question: {question}\n"
+    "Gold answer: {gold_answer}\n"
+    "Generated answer: {generated_answer}\n"
+    "\n"
+    "First, provide a short (one sentence) explanation of your reasoning, then finish with CORRECT or WRONG.\n"
+    "Do NOT include both CORRECT and WRONG in your response, or it will break the evaluation script.\n"
+    "\n"
+    "Just return the label CORRECT or WRONG in a json format with the key as \"label\"."
+)

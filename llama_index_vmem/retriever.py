@@ -122,7 +122,7 @@ class VMemRetriever(BaseRetriever):
     def _rank(
         self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], query: QueryBundle, eligible: Optional[set]
     ) -> Tuple[Dict[str, List[Hit]], List[Fused]]:
-        pool = plan.config.candidate_pool
+        pool = max(plan.config.candidate_pool, plan.k)  # a widened k (aggregation) gets enough candidates
         key = round_of if plan.round_level else unit_of
         rankings = {s.name: rank_rounds(self._search(s, anchors[s.anchor], eligible, pool), key) for s in plan.signals}
         return rankings, rrf(rankings, plan.config.rrf_kappa, key)
@@ -131,9 +131,13 @@ class VMemRetriever(BaseRetriever):
         if anchor is Anchor.HYPO_CAPTION:
             return self._transform(self.hypo_caption, query)
         if anchor is Anchor.ENRICHED:
-            if not query.image_path:
-                return AnchorValue(query.query_str, "raw query (attached image has no pixels)")
-            return self._transform(self.enriched_anchor, query)
+            if query.image_path and self.enriched_anchor is not None:
+                return self._transform(self.enriched_anchor, query)
+            caption = getattr(query, "image_caption", None)
+            why = "no LLM" if query.image_path else "attached image has no pixels"
+            if caption:  # the image's caption stands in for the keywords a vision LLM would read off it
+                return AnchorValue(f"{query.query_str} {caption}", f"raw query + attached image caption ({why})")
+            return AnchorValue(query.query_str, f"raw query ({why})")
         if anchor is Anchor.QUERY_IMAGE:
             return AnchorValue(str(query.image_path), "attached image")
         if anchor is Anchor.QUERY_IMAGE_CAPTION:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from llama_index.core.schema import (
     ImageNode,
@@ -121,14 +121,16 @@ def round_from_payload(point_id: str, payload: Dict[str, Any]) -> TextNode:
     return node
 
 
-def round_header(metadata: Dict[str, Any]) -> str:
-    """Readable identity of a round: ``session D1, round D1:3, 2024-06-17``."""
+def block_header(rounds: List[Dict[str, Any]]) -> str:
+    """Readable identity and time of a run of rounds: ``seen 2024-06-17, session D1, rounds D1:2 to D1:4``."""
+    first, last = rounds[0], rounds[-1]
     parts = []
-    if metadata.get(SESSION_ID):
-        parts.append(f"session {metadata[SESSION_ID]}")
-    parts.append(f"round {metadata.get(ROUND_KEY, '?')}")
-    if metadata.get(TIMESTAMP):
-        parts.append(str(metadata[TIMESTAMP]))
+    if first.get(TIMESTAMP):
+        parts.append(f"seen {first[TIMESTAMP]}")
+    if first.get(SESSION_ID):
+        parts.append(f"session {first[SESSION_ID]}")
+    keys = first.get(ROUND_KEY, "?") if len(rounds) == 1 else f"{first.get(ROUND_KEY, '?')} to {last.get(ROUND_KEY, '?')}"
+    parts.append(f"round{'s' if len(rounds) > 1 else ''} {keys}")
     return ", ".join(parts)
 
 

@@ -216,7 +216,16 @@ def test_neighbours_merge_into_time_ordered_blocks(make_index):
     # Rounds 3 and 5 overlap through round 4: one block 2..6; round 10 gets 9..10 (no round 11).
     assert spans == [["D1:2", "D1:3", "D1:4", "D1:5", "D1:6"], ["D1:9", "D1:10"]]
     assert blocks[0].node.metadata["matched_rounds"] == ["D1:3", "D1:5"]
-    assert blocks[0].node.text.index("round D1:2") < blocks[0].node.text.index("round D1:6")
+    assert blocks[0].node.text.startswith("[session D1, rounds D1:2 to D1:6]")
+    assert blocks[0].node.text.index("beta topic") < blocks[0].node.text.index("zeta")
+
+
+def test_neighbours_stay_within_the_session(make_index):
+    index = make_index()
+    index.add_rounds([_round("D1:1", "apples", "ok"), _round("D1:2", "kiwi fruit", "ok"),
+                      _round("D2:1", "kiwi fruit again", "ok"), _round("D2:2", "pears", "ok")])
+    blocks = index.as_query_engine(llm=_echo_llm(), k=2).retrieve(VMemQueryBundle("kiwi fruit"))
+    assert [n.node.metadata["rounds"] for n in blocks] == [["D1:1", "D1:2"], ["D2:1", "D2:2"]]
 
 
 def test_unit_level_ablation_returns_bare_units(make_index):

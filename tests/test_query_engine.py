@@ -28,7 +28,8 @@ def test_answer_prompt_is_verbatim_and_filled_with_time_ordered_blocks(make_inde
     assert sent.startswith("You are answering a question using a person’s conversation history.")
     assert "- If the answer is genuinely not in the context, reply exactly: Information not found" in sent
     assert "QUESTION: What is my cat called?" in sent
-    assert sent.index("[session D1, round D1:1, 2024-06-17]") < sent.index("[session D1, round D1:2, 2024-06-17]")
+    assert "[seen 2024-06-17, session D1, rounds D1:1 to D1:2]" in sent
+    assert sent.index("My cat is called Mochi.") < sent.index("Here she is.")
     assert "[Image D1:IMG_001] a tabby cat lying down" in sent
     assert response.source_nodes and response.metadata["case"] == "text->text"
 

@@ -1,0 +1,100 @@
+"""``vmem-bench``: V-Mem against the stock LlamaIndex retrievers, in one command and one run.
+
+    vmem-bench memgallery ../shared/data/memgallery/dialog/*.json --out results.json --report report.md
+    vmem-bench locomo ../shared/data/locomo/locomo_dev.json
+    vmem-bench compare a.json b.json --metric judge
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from . import report
+from .data import load_locomo, load_memgallery
+
+logger = logging.getLogger("vmem_bench")
+DEFAULT_SYSTEMS = "vmem,stock-dense,stock-bm25,stock-fusion,stock-multimodal"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vmem-bench", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in ("memgallery", "locomo"):
+        b = sub.add_parser(name, help=f"run the {name} benchmark")
+        b.add_argument("paths", nargs="+", type=Path)
+        b.add_argument("--k", type=int, default=10)
+        b.add_argument("--config", default="anchors",
+                       help="vmem rungs to run: comma list of vanilla,routing,rounds,anchors or 'ladder' (anchors is 'vmem')")
+        b.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"comma list (default {DEFAULT_SYSTEMS})")
+        b.add_argument("--image-root", type=Path, help="where the images live when not next to the JSON")
+        b.add_argument("--llm", help="anchors and answers: openai:MODEL or openai-like:MODEL@BASE_URL")
+        b.add_argument("--qa", action="store_true", help="also answer and judge every question (needs --llm)")
+        b.add_argument("--judge-prompt", type=Path, help="Mem-Gallery judge prompt file (llm_judge.txt)")
+        b.add_argument("--limit", type=int, help="first N questions per conversation (quick runs)")
+        b.add_argument("--out", type=Path, default=Path("results.json"))
+        b.add_argument("--report", type=Path, default=Path("report.md"))
+        b.add_argument("--no-progress", action="store_true")
+    c = sub.add_parser("compare", help="paired bootstrap CI and sign-flip p-value between two results files")
+    c.add_argument("a", type=Path)
+    c.add_argument("b", type=Path)
+    c.add_argument("--system", default="vmem")
+    c.add_argument("--system-b", help="system in b (default: same as --system)")
+    c.add_argument("--metric", default="hit", help="per-question metric: hit, recall, judge, f1, context_evidence_recall")
+    c.add_argument("--resamples", type=int, default=10_000)
+    return p
+
+
+def load_llm(spec: Optional[str]):
+    """``openai:gpt-4o-mini`` or ``openai-like:MODEL@http://host:port/v1`` (needs llama-index-llms-openai)."""
+    if not spec:
+        return None
+    kind, _, rest = spec.partition(":")
+    if kind == "openai":
+        from llama_index.llms.openai import OpenAI
+
+        return OpenAI(model=rest, temperature=0)
+    if kind == "openai-like":
+        from llama_index.llms.openai_like import OpenAILike
+
+        model, _, base = rest.partition("@")
+        return OpenAILike(model=model, api_base=base, is_chat_model=True, temperature=0)
+    raise SystemExit(f"unknown --llm {spec!r}: use openai:MODEL or openai-like:MODEL@BASE_URL")
+
+
+def main(argv: Optional[List[str]] = None, llm=None) -> int:
+    """Entry point; ``llm`` lets tests pass a scripted LLM instead of ``--llm``."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.command == "compare":
+        from .compare import compare
+
+        print(json.dumps(compare(json.loads(args.a.read_text()), json.loads(args.b.read_text()), args.system,
+                                 args.system_b or args.system, args.metric, args.resamples), indent=2))
+        return 0
+    from .harness import run_benchmark
+
+    if args.command == "memgallery":
+        conversations = [load_memgallery(p, args.image_root) for p in args.paths]
+    else:
+        conversations = [c for p in args.paths for c in load_locomo(p)]
+    if args.limit:
+        for c in conversations:
+            c.questions = c.questions[: args.limit]
+    llm = llm or load_llm(args.llm)
+    if args.qa and llm is None:
+        raise SystemExit("--qa needs an LLM (--llm)")
+    results = run_benchmark(args.command, conversations, k=args.k, systems=args.systems.split(","), rungs=args.config,
+                            llm=llm, qa=args.qa, judge_prompt=args.judge_prompt, show_progress=not args.no_progress)
+    args.out.write_text(json.dumps(results, indent=2))
+    report.write(results, args.report)
+    print(report.markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

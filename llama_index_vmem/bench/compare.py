@@ -1,0 +1,36 @@
+"""``vmem-bench compare``: is one system better than another on the same questions? (Appendix I)"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from .metrics import paired_bootstrap, retrieval_metrics, sign_flip_p
+
+
+def per_question(results: Dict[str, Any], system: str, metric: str) -> Dict[str, float]:
+    """qid -> score; ``hit``/``recall``/``precision`` are recomputed at the file's K."""
+    k = results["k"]
+    out = {}
+    for row in results[system]["per_question"]:
+        if metric in ("hit", "recall", "precision"):
+            if row["gold"]:
+                out[row["qid"]] = retrieval_metrics(row["retrieved"], row["gold"], k)[metric]
+        elif row.get(metric) is not None:
+            out[row["qid"]] = float(row[metric])
+    return out
+
+
+def compare(a: Dict[str, Any], b: Dict[str, Any], system_a: str, system_b: str, metric: str,
+            resamples: int = 10_000) -> Dict[str, Any]:
+    """Mean paired difference (a - b) over shared questions, its 95% bootstrap CI and sign-flip p."""
+    sa, sb = per_question(a, system_a, metric), per_question(b, system_b, metric)
+    shared = sorted(set(sa) & set(sb))
+    if not shared:
+        raise SystemExit("the two results files share no scored question")
+    xs, ys = [sa[q] for q in shared], [sb[q] for q in shared]
+    mean, lo, hi = paired_bootstrap(xs, ys, resamples)
+    return {
+        "metric": metric, "a": f"{system_a}", "b": f"{system_b}", "n": len(shared),
+        "mean_a": sum(xs) / len(xs), "mean_b": sum(ys) / len(ys),
+        "difference": mean, "ci95": [lo, hi], "p_value": sign_flip_p(xs, ys, resamples),
+    }

@@ -1,0 +1,92 @@
+"""Wiring for one vmem-bench invocation: encoders, systems, the run, QA scoring, results.json."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from llama_index.core.llms import LLM
+
+from ..encoders import EfficientNetImageEncoder, default_text_embedding
+from .data import PIXELS, BenchConversation
+from .run import results_json, run
+from .systems import RUNGS, STOCK_SYSTEMS, BenchSystem, StockSystem, VMemBuild, VMemSystem
+
+logger = logging.getLogger(__name__)
+
+
+def rung_names(spec: str) -> List[str]:
+    rungs = list(RUNGS) if spec == "ladder" else [r.strip() for r in spec.split(",") if r.strip()]
+    unknown = set(rungs) - set(RUNGS)
+    if unknown:
+        raise SystemExit(f"unknown --config rung(s) {sorted(unknown)}; choose from {list(RUNGS)} or 'ladder'")
+    return rungs
+
+
+def system_name(rung: str) -> str:
+    return "vmem" if rung == "anchors" else f"vmem-{rung}"
+
+
+def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[str], rungs: Sequence[str],
+                 llm: Optional[LLM]) -> tuple:
+    """The requested systems, sharing encoders; returns (systems, skipped-with-reason, shared build)."""
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+    vmem_embed = default_text_embedding()
+    pixels = any(c.image_mode == PIXELS for c in conversations)
+    image_encoder = EfficientNetImageEncoder()
+    build = VMemBuild(vmem_embed, image_encoder, llm=llm)
+    out: List[BenchSystem] = []
+    skipped: Dict[str, str] = {}
+    if "vmem" in systems:
+        out += [VMemSystem(system_name(r), build, r) for r in rungs]
+    stock_embed = None
+    for name in systems:
+        if name == "vmem":
+            continue
+        if name not in STOCK_SYSTEMS:
+            raise SystemExit(f"unknown system {name!r}; choose from vmem, {', '.join(STOCK_SYSTEMS)}")
+        if name == "stock-multimodal" and not pixels:
+            skipped[name] = "no image has pixels in this data (caption mode)"
+            continue
+        if stock_embed is None:  # LlamaIndex's defaults for the same MiniLM weights
+            stock_embed = HuggingFaceEmbedding(model_name=vmem_embed.model_name, device="cpu")
+        out.append(StockSystem(name, stock_embed, image_encoder))
+    return out, skipped, build
+
+
+def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k: int, systems: Sequence[str],
+                  rungs: str = "anchors", llm: Optional[LLM] = None, qa: bool = False,
+                  judge_prompt: Optional[Path] = None, show_progress: bool = True) -> Dict[str, Any]:
+    names = rung_names(rungs)
+    made, skipped, build = make_systems(conversations, systems, names, llm)
+    vmem_names = [s.name for s in made if isinstance(s, VMemSystem)]
+    budget = "vmem" if "vmem" in vmem_names else (vmem_names or [made[0].name])[0]
+    try:
+        runs = run(conversations, made, budget_system=budget, show_progress=show_progress)
+    finally:
+        build.close()
+    if qa:
+        from .qa import score_rows
+
+        questions = {q.qid: q for c in conversations for q in c.questions}
+        for r in runs.values():
+            score_rows(r.rows, questions, benchmark, llm, judge_prompt)
+    extra = {"skipped_systems": skipped, "context_budget_from": budget,
+             "anchors": "llm" if llm is not None else "raw query (no LLM given)"}
+    results = results_json(benchmark, k, conversations, runs, extra)
+    if qa:
+        _add_qa(results, runs)
+    return results
+
+
+def _add_qa(results: Dict[str, Any], runs: Dict[str, Any]) -> None:
+    import statistics
+
+    for name, r in runs.items():
+        metrics = [m for m in ("judge", "f1", "bleu1", "em", "locomo_f1") if r.rows and m in r.rows[0]]
+        results[name]["overall"].update({m: statistics.fmean(row[m] for row in r.rows) for m in metrics})
+        for category, block in results[name]["per_category"].items():
+            rows = [row for row in r.rows if row["category"] == category]
+            block.update({m: statistics.fmean(row[m] for row in rows) for m in metrics})

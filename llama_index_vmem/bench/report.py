@@ -1,0 +1,71 @@
+"""report.md (tables) and a per-category bar chart PNG from results.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List
+
+QUALITY = ("hit@k", "recall@k", "precision@k", "context_evidence_recall", "context_tokens_mean")
+COST = ("build_seconds", "units_per_second", "build_llm_tokens", "query_ms_p50", "query_ms_p95", "peak_rss_mb")
+QA = ("judge", "f1", "bleu1", "em", "locomo_f1")
+
+
+def system_names(results: Dict[str, Any]) -> List[str]:
+    return [k for k, v in results.items() if isinstance(v, dict) and "overall" in v]
+
+
+def _table(header: List[str], rows: List[List[Any]]) -> str:
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def markdown(results: Dict[str, Any], chart: str = "") -> str:
+    names = system_names(results)
+    k = results["k"]
+    parts = [f"# vmem-bench: {results['benchmark']}", "",
+             f"K = {k}; image mode: {results['image_mode']}; conversations: {len(results.get('conversations', []))}; "
+             f"malformed evidence ids tolerated: {results.get('malformed_evidence_ids', 0)}", ""]
+    for title, keys in (("Retrieval and context (overall)", QUALITY), ("Cost", COST)):
+        parts += [f"## {title}", "", _table(["system", *keys], [[n, *[results[n]["overall"].get(m, "") for m in keys]] for n in names]), ""]
+    qa_keys = [m for m in QA if any(m in results[n]["overall"] for n in names)]
+    if qa_keys:
+        parts += ["## End-to-end QA", "", _table(["system", *qa_keys], [[n, *[results[n]["overall"].get(m, "") for m in qa_keys]] for n in names]), ""]
+    categories = sorted({c for n in names for c in results[n]["per_category"]})
+    for metric in ("hit@k", "recall@k", "context_evidence_recall"):
+        rows = [[c, results[names[0]]["per_category"].get(c, {}).get("n", 0),
+                 *[results[n]["per_category"].get(c, {}).get(metric, "") for n in names]] for c in categories]
+        parts += [f"## {metric} per category", "", _table(["category", "n", *names], rows), ""]
+    if chart:
+        parts += [f"![hit@k per category]({chart})", ""]
+    return "\n".join(parts)
+
+
+def bar_chart(results: Dict[str, Any], path: Path, metric: str = "hit@k") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = system_names(results)
+    categories = sorted({c for n in names for c in results[n]["per_category"]})
+    width = 0.8 / max(1, len(names))
+    fig, ax = plt.subplots(figsize=(max(6, len(categories) * 1.2), 4))
+    for i, name in enumerate(names):
+        values = [results[name]["per_category"].get(c, {}).get(metric, 0.0) for c in categories]
+        ax.bar([x + i * width for x in range(len(categories))], values, width, label=name)
+    ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(categories))], categories)
+    ax.set_ylabel(metric)
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{results['benchmark']}: {metric} per category (K={results['k']})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(results: Dict[str, Any], report_path: Path) -> None:
+    chart = report_path.with_suffix(".png")
+    bar_chart(results, chart)
+    report_path.write_text(markdown(results, chart.name))

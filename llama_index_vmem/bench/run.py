@@ -1,0 +1,162 @@
+"""One benchmark run: build every system on every conversation, ask every question, score it.
+
+``vmem`` runs first on each question so its context size sets the token budget the stock systems'
+contexts are filled to (equal-token context comparison).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+from tqdm.auto import tqdm
+
+from .data import BenchConversation
+from .metrics import evidence_recall, percentile, summarize
+from .systems import BenchSystem, QueryOutcome
+
+logger = logging.getLogger(__name__)
+
+
+class PeakRSS:
+    """Samples this process's resident set size in a thread; ``peak_mb`` is the maximum seen."""
+
+    def __init__(self, interval_s: float = 0.05) -> None:
+        self.interval_s = interval_s
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def current_mb() -> float:
+        with open(f"/proc/{os.getpid()}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_mb = max(self.peak_mb, self.current_mb())
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> "PeakRSS":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_mb = max(self.peak_mb, self.current_mb())
+
+
+@dataclass
+class SystemRun:
+    """Everything measured for one system."""
+
+    name: str
+    build_seconds: float = 0.0
+    units: int = 0
+    build_llm_tokens: int = 0
+    peak_rss_mb: float = 0.0
+    rows: List[Dict[str, Any]] = field(default_factory=list)
+
+
+def gold_ids(conv: BenchConversation, keys: Sequence[str]) -> List[str]:
+    """Round keys -> the benchmark's ids (LoCoMo: turns, in order; Mem-Gallery: rounds)."""
+    return conv.turn_ids(list(keys))
+
+
+def run(conversations: Sequence[BenchConversation], systems: Sequence[BenchSystem], budget_system: str,
+        show_progress: bool = True) -> Dict[str, SystemRun]:
+    """Build and query every system; rows keep per-question outcomes for scoring and ``compare``."""
+    runs = {s.name: SystemRun(s.name) for s in systems}
+    ordered = sorted(systems, key=lambda s: s.name != budget_system)
+    for system in ordered:
+        with PeakRSS() as rss:
+            for conv in conversations:
+                start = time.perf_counter()
+                runs[system.name].units += system.build(conv)
+                runs[system.name].build_seconds += time.perf_counter() - start
+            runs[system.name].build_seconds = system.build_seconds(runs[system.name].build_seconds)
+            runs[system.name].build_llm_tokens = system.build_llm_tokens
+            budgets = {r["qid"]: r["context_tokens"] for r in runs[budget_system].rows} if system.name != budget_system else {}
+            total = sum(len(c.questions) for c in conversations)
+            with tqdm(total=total, desc=system.name, disable=not show_progress) as bar:
+                for conv in conversations:
+                    for q in conv.questions:
+                        outcome = system.query(conv, q, budgets.get(q.qid))
+                        runs[system.name].rows.append(_row(conv, q, outcome))
+                        bar.update()
+        runs[system.name].peak_rss_mb = rss.peak_mb
+        logger.info("%s: built %d units in %.1fs", system.name, runs[system.name].units, runs[system.name].build_seconds)
+    return runs
+
+
+def _row(conv: BenchConversation, q: Any, outcome: QueryOutcome) -> Dict[str, Any]:
+    delivered = gold_ids(conv, outcome.delivered)
+    return {
+        "qid": q.qid,
+        "category": q.category,
+        "gold": q.gold,
+        "retrieved": gold_ids(conv, outcome.ranking),
+        "context_evidence_recall": evidence_recall(delivered, q.gold) if q.gold else None,
+        "context_tokens": outcome.tokens,
+        "retrieval_ms": outcome.retrieval_ms,
+        "context": outcome.context,
+    }
+
+
+def score(run_: SystemRun, k: int) -> Dict[str, Any]:
+    """``overall`` and ``per_category`` objects of results.json for one system."""
+    table = summarize(run_.rows, k)
+    rename = {f"precision@{k}": "precision@k", f"recall@{k}": "recall@k", f"hit@{k}": "hit@k"}
+
+    def block(rows: List[Dict[str, Any]], key: str) -> Dict[str, Any]:
+        out = {rename.get(m, m): v for m, v in table.get(key, {"n": 0}).items()}
+        scored = [r["context_evidence_recall"] for r in rows if r["context_evidence_recall"] is not None]
+        out["context_evidence_recall"] = statistics.fmean(scored) if scored else 0.0
+        out["context_tokens_mean"] = statistics.fmean(r["context_tokens"] for r in rows) if rows else 0.0
+        return out
+
+    latencies = [r["retrieval_ms"] for r in run_.rows]
+    overall = block(run_.rows, "__overall__")
+    overall.update(
+        build_seconds=run_.build_seconds,
+        units=run_.units,
+        units_per_second=run_.units / run_.build_seconds if run_.build_seconds else 0.0,
+        build_llm_tokens=run_.build_llm_tokens,
+        query_ms_p50=percentile(latencies, 50),
+        query_ms_p95=percentile(latencies, 95),
+        peak_rss_mb=run_.peak_rss_mb,
+    )
+    categories = sorted({r["category"] for r in run_.rows})
+    per_category = {c: block([r for r in run_.rows if r["category"] == c], c) for c in categories}
+    return {"overall": overall, "per_category": per_category}
+
+
+def results_json(benchmark: str, k: int, conversations: Sequence[BenchConversation], runs: Dict[str, SystemRun],
+                 extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """results.json: top-level ``benchmark``, ``k``, ``image_mode``; one object per system name."""
+    modes = {c.image_mode for c in conversations}
+    out: Dict[str, Any] = {
+        "benchmark": benchmark,
+        "k": k,
+        "image_mode": modes.pop() if len(modes) == 1 else {c.name: c.image_mode for c in conversations},
+        "conversations": [c.name for c in conversations],
+        "malformed_evidence_ids": sum(c.malformed_evidence for c in conversations),
+        **(extra or {}),
+    }
+    for name, run_ in runs.items():
+        out[name] = score(run_, k)
+        out[name]["per_question"] = [
+            {key: r[key] for key in ("qid", "category", "retrieved", "gold", "context_evidence_recall", "context_tokens")}
+            | {key: r[key] for key in ("judge", "f1", "answer") if key in r}
+            for r in run_.rows
+        ]
+    return out

@@ -1,0 +1,239 @@
+"""The systems vmem-bench compares, behind one small interface.
+
+``vmem`` and its ablation rungs query one shared memory per conversation (the rungs differ only at
+query time). The stock systems are what LlamaIndex gives out of the box, over the very same units
+(user span, assistant span, image caption) and the same MiniLM weights: ``VectorStoreIndex``,
+``BM25Retriever``, ``QueryFusionRetriever`` (reciprocal rank of those two) and, where images have
+pixels, ``MultiModalVectorStoreIndex`` with our image encoder.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from llama_index.core import VectorStoreIndex
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.embeddings.multi_modal_base import MultiModalEmbedding
+from llama_index.core.llms import LLM
+from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.utils import get_tokenizer
+
+from .. import VMemIndex, VMemQueryBundle, delivery, schema
+from ..config import VMemConfig
+from ..postprocessor import BLOCK_ROUNDS, NeighborRoundPostprocessor
+from ..store import Collection
+from .data import BenchConversation, BenchQuestion
+from .metrics import dedupe
+
+logger = logging.getLogger(__name__)
+
+#: Units each stock retriever returns: enough to fill K distinct rounds and vmem's token budget.
+STOCK_POOL = 100
+#: The ablation ladder of the paper's Table 3; ``anchors`` is the full system.
+RUNGS = {
+    "vanilla": dict(routing=False, round_level=False, anchors=False),
+    "routing": dict(routing=True, round_level=False, anchors=False),
+    "rounds": dict(routing=True, round_level=True, anchors=False),
+    "anchors": dict(routing=True, round_level=True, anchors=True),
+}
+STOCK_SYSTEMS = ("stock-dense", "stock-bm25", "stock-fusion", "stock-multimodal")
+
+
+def count_tokens(text: str) -> int:
+    return len(get_tokenizer()(text))
+
+
+@dataclass
+class QueryOutcome:
+    """What one system did for one question."""
+
+    #: Round keys, best first, deduplicated (the unit-ranking metric cuts this at K).
+    ranking: List[str]
+    #: Round keys in the context delivered to the answering model.
+    delivered: List[str]
+    context: str
+    retrieval_ms: float
+
+    @property
+    def tokens(self) -> int:
+        return count_tokens(self.context)
+
+
+class BenchSystem(abc.ABC):
+    """Builds one memory per conversation, then answers retrieval queries against it."""
+
+    name: str
+    #: LLM tokens spent building memories (V-Mem: always 0).
+    build_llm_tokens: int = 0
+
+    @abc.abstractmethod
+    def build(self, conv: BenchConversation) -> int:
+        """Ingest ``conv``; return the number of units stored."""
+
+    @abc.abstractmethod
+    def query(self, conv: BenchConversation, q: BenchQuestion, token_budget: Optional[int]) -> QueryOutcome: ...
+
+    def build_seconds(self, measured: float) -> float:
+        """Seconds to report for the builds (systems sharing one build report the shared time)."""
+        return measured
+
+    def close(self) -> None:
+        """Release resources (default: nothing)."""
+
+
+class VMemSystem(BenchSystem):
+    """V-Mem at one ablation rung; rungs share one ``VMemBuild``."""
+
+    def __init__(self, name: str, build: "VMemBuild", rung: str) -> None:
+        self.name = name
+        self.shared = build
+        self.overrides = RUNGS[rung]
+
+    def build(self, conv: BenchConversation) -> int:
+        return self.shared.build(conv)
+
+    def build_seconds(self, measured: float) -> float:
+        return self.shared.seconds
+
+    def query(self, conv: BenchConversation, q: BenchQuestion, token_budget: Optional[int]) -> QueryOutcome:
+        index = self.shared.indexes[conv.name]
+        bundle = VMemQueryBundle(q.question, image_path=str(q.image_path) if q.image_path else None,
+                                 image_caption=q.image_caption)
+        retriever = self.shared.retrievers[conv.name]
+        start = time.perf_counter()
+        result = retriever.retrieve_with_plan(bundle, **self.overrides)
+        elapsed = (time.perf_counter() - start) * 1000
+        keys = [n.node.metadata[schema.ROUND_KEY] for n in result.nodes if not isinstance(n.node, ImageNode)]
+        if result.plan.round_level:
+            blocks = NeighborRoundPostprocessor(index).postprocess_nodes(result.nodes, bundle)
+            delivered = [k for b in blocks if not isinstance(b.node, ImageNode) for k in b.node.metadata[BLOCK_ROUNDS]]
+        else:
+            blocks, delivered = result.nodes, keys
+        return QueryOutcome(dedupe(keys), dedupe(delivered), delivery.text_context(blocks), elapsed)
+
+
+class VMemBuild:
+    """One embedded store holding a memory per conversation (shared by the ablation rungs)."""
+
+    def __init__(self, embed_model: BaseEmbedding, image_encoder: Optional[MultiModalEmbedding],
+                 llm: Optional[LLM] = None, config: Optional[VMemConfig] = None) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="vmem-bench-")
+        self.embed_model = embed_model
+        self.image_encoder = image_encoder
+        self.llm = llm
+        self.config = config or VMemConfig()
+        self.indexes: Dict[str, VMemIndex] = {}
+        self.retrievers: Dict[str, Any] = {}
+        self.seconds = 0.0
+
+    def build(self, conv: BenchConversation) -> int:
+        if conv.name not in self.indexes:
+            start = time.perf_counter()
+            index = VMemIndex.from_defaults(path=Path(self._tmp.name), memory_id=conv.name, embed_model=self.embed_model,
+                                            image_encoder=self.image_encoder, llm=self.llm, config=self.config)
+            index.add_rounds([r.as_round_dict() for r in conv.rounds])
+            self.indexes[conv.name] = index
+            self.retrievers[conv.name] = index.as_retriever()
+            self.seconds += time.perf_counter() - start
+        index = self.indexes[conv.name]
+        return sum(index.store.count(c, index.scope()) for c in (Collection.TEXT, Collection.IMAGE))
+
+    def close(self) -> None:
+        for index in self.indexes.values():
+            index.close()
+        self._tmp.cleanup()
+
+
+def unit_nodes(conv: BenchConversation) -> List[TextNode]:
+    """The units V-Mem stores (user span, assistant span, image caption), as stock ``TextNode``s."""
+    nodes: List[TextNode] = []
+    for r in conv.rounds:
+        spans = [r.user, r.assistant] + [i.caption for i in r.images if not i.path]
+        for text in spans:
+            if text.strip():
+                nodes.append(TextNode(text=text, metadata={schema.ROUND_KEY: r.key},
+                                      excluded_embed_metadata_keys=[schema.ROUND_KEY],
+                                      excluded_llm_metadata_keys=[schema.ROUND_KEY]))
+        for i in r.images:
+            if i.path:
+                nodes.append(ImageNode(text=i.caption, image_path=str(i.path), metadata={schema.ROUND_KEY: r.key},
+                                       excluded_embed_metadata_keys=[schema.ROUND_KEY],
+                                       excluded_llm_metadata_keys=[schema.ROUND_KEY]))
+    return nodes
+
+
+class StockSystem(BenchSystem):
+    """A stock LlamaIndex retriever over the same units; context filled to vmem's token count."""
+
+    def __init__(self, name: str, embed_model: BaseEmbedding, image_encoder: Optional[MultiModalEmbedding]) -> None:
+        self.name = name
+        self.embed_model = embed_model
+        self.image_encoder = image_encoder
+        self.retrievers: Dict[str, BaseRetriever] = {}
+
+    def build(self, conv: BenchConversation) -> int:
+        nodes = unit_nodes(conv)
+        self.retrievers[conv.name] = self._retriever(nodes)
+        return len(nodes)
+
+    def _retriever(self, nodes: List[TextNode]) -> BaseRetriever:
+        from llama_index.core.llms import MockLLM
+        from llama_index.core.retrievers import QueryFusionRetriever
+        from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
+
+        if self.name == "stock-dense":
+            return VectorStoreIndex(nodes, embed_model=self.embed_model).as_retriever(similarity_top_k=STOCK_POOL)
+        if self.name == "stock-bm25":
+            return _bm25(nodes)
+        if self.name == "stock-fusion":
+            dense = VectorStoreIndex(nodes, embed_model=self.embed_model).as_retriever(similarity_top_k=STOCK_POOL)
+            return QueryFusionRetriever([dense, _bm25(nodes)], llm=MockLLM(), mode=FUSION_MODES.RECIPROCAL_RANK,
+                                        similarity_top_k=STOCK_POOL, num_queries=1, use_async=False)
+        if self.name == "stock-multimodal":
+            from llama_index.core.indices import MultiModalVectorStoreIndex
+
+            index = MultiModalVectorStoreIndex(nodes, embed_model=self.embed_model, image_embed_model=self.image_encoder)
+            return index.as_retriever(similarity_top_k=STOCK_POOL, image_similarity_top_k=STOCK_POOL)
+        raise ValueError(f"unknown stock system {self.name!r}")
+
+    def query(self, conv: BenchConversation, q: BenchQuestion, token_budget: Optional[int]) -> QueryOutcome:
+        text = q.question
+        if q.image_caption and not q.image_path:  # as the Mem-Gallery harness does for text memories
+            text += "\nquestion's image:\nimage_caption: " + q.image_caption
+        bundle = QueryBundle(text, image_path=str(q.image_path) if q.image_path else None)
+        start = time.perf_counter()
+        hits = self.retrievers[conv.name].retrieve(bundle)
+        elapsed = (time.perf_counter() - start) * 1000
+        ranking = dedupe(h.node.metadata[schema.ROUND_KEY] for h in hits)
+        context, delivered = _fill(hits, token_budget)
+        return QueryOutcome(ranking, delivered, context, elapsed)
+
+
+def _bm25(nodes: List[TextNode]) -> BaseRetriever:
+    import Stemmer
+    from llama_index.retrievers.bm25 import BM25Retriever
+
+    return BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=min(STOCK_POOL, len(nodes)),
+                                       stemmer=Stemmer.Stemmer("english"), language="english")
+
+
+def _fill(hits: List[NodeWithScore], budget: Optional[int]) -> Tuple[str, List[str]]:
+    """Unit texts in rank order until ``budget`` tokens are reached (all of them with no budget)."""
+    parts: List[str] = []
+    keys: List[str] = []
+    used = 0
+    for h in hits:
+        if budget is not None and used >= budget:
+            break
+        text = h.node.get_content()
+        parts.append(text)
+        keys.append(h.node.metadata[schema.ROUND_KEY])
+        used += count_tokens(text)
+    return delivery.BLOCK_SEPARATOR.join(parts), dedupe(keys)

@@ -1,0 +1,81 @@
+"""vmem-bench end to end on a small real subset (two Mem-Gallery dialogues, one LoCoMo conversation),
+with a scripted LLM for anchors, answers and the judge."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llama_index_vmem.bench import cli
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SYSTEM_KEYS = {"precision@k", "recall@k", "hit@k", "n", "context_evidence_recall", "context_tokens_mean"}
+COST_KEYS = {"build_seconds", "build_llm_tokens", "query_ms_p50", "query_ms_p95", "peak_rss_mb"}
+
+
+@pytest.fixture(scope="module")
+def memgallery_run(tmp_path_factory):
+    from conftest import ScriptedLLM
+
+    out = tmp_path_factory.mktemp("bench")
+    llm = ScriptedLLM({"ONE image": "a robot arm in a factory", "You can SEE": '{"keywords": ["robot"]}',
+                       "impartial judge": '{"score": 0.75, "reasoning": "close"}'}, default="D1:IMG_002")
+    dialogs = sorted((DATA / "memgallery" / "dialog").glob("*.json"))[:2]
+    argv = ["memgallery", *map(str, dialogs), "--limit", "12", "--systems", "vmem,stock-dense,stock-bm25,stock-fusion",
+            "--config", "ladder", "--qa", "--judge-prompt", str(DATA / "memgallery" / "prompts" / "llm_judge.txt"),
+            "--out", str(out / "results.json"), "--report", str(out / "report.md"), "--no-progress"]
+    assert cli.main(argv, llm=llm) == 0
+    return out, json.loads((out / "results.json").read_text()), llm
+
+
+def test_results_json_has_the_specified_shape(memgallery_run):
+    out, results, _ = memgallery_run
+    assert results["benchmark"] == "memgallery" and results["k"] == 10 and results["image_mode"] == "caption"
+    systems = ["vmem", "vmem-vanilla", "vmem-routing", "vmem-rounds", "stock-dense", "stock-bm25", "stock-fusion"]
+    for name in systems:
+        overall = results[name]["overall"]
+        assert SYSTEM_KEYS | COST_KEYS <= set(overall), name
+        assert 0 < overall["n"] <= 24
+        for block in results[name]["per_category"].values():
+            assert SYSTEM_KEYS <= set(block)
+    assert results["vmem"]["overall"]["build_llm_tokens"] == 0
+    assert results["skipped_systems"] == {}
+    assert (out / "report.md").read_text().count("| vmem |") >= 2
+    assert (out / "report.png").stat().st_size > 1000
+
+
+def test_stock_contexts_are_filled_to_vmems_token_count(memgallery_run):
+    _, results, _ = memgallery_run
+    vmem = {r["qid"]: r["context_tokens"] for r in results["vmem"]["per_question"]}
+    for row in results["stock-dense"]["per_question"]:
+        assert row["context_tokens"] >= min(vmem[row["qid"]], 50)
+
+
+def test_qa_answers_with_the_answer_prompt_and_judges_with_the_benchmark_prompt(memgallery_run):
+    _, results, llm = memgallery_run
+    judged = [p for p in llm.prompts if "impartial judge" in p]
+    assert judged and "{{question}}" not in judged[0] and "Assistant Answer:\nD1:IMG_002" in judged[0].replace("\r", "")
+    assert any(p.startswith("You are answering a question using a person’s conversation history.") for p in llm.prompts)
+    assert results["vmem"]["overall"]["judge"] == 1.0  # 0.75 collapses to 1
+    assert {"f1", "bleu1", "em"} <= set(results["vmem"]["overall"])
+
+
+def test_compare_gives_ci_and_p_value(memgallery_run, capsys):
+    out, _, _ = memgallery_run
+    assert cli.main(["compare", str(out / "results.json"), str(out / "results.json"), "--system", "vmem",
+                     "--system-b", "stock-bm25", "--metric", "hit", "--resamples", "500"]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["n"] > 0 and len(verdict["ci95"]) == 2 and 0 < verdict["p_value"] <= 1
+    assert verdict["ci95"][0] <= verdict["difference"] <= verdict["ci95"][1]
+
+
+def test_locomo_runs_over_turn_ids(tmp_path):
+    out = tmp_path / "r.json"
+    argv = ["locomo", str(DATA / "locomo" / "locomo_dev.json"), "--limit", "8", "--systems", "vmem,stock-bm25",
+            "--out", str(out), "--report", str(tmp_path / "r.md"), "--no-progress"]
+    assert cli.main(argv) == 0
+    results = json.loads(out.read_text())
+    assert results["benchmark"] == "locomo" and results["malformed_evidence_ids"] > 0
+    row = results["vmem"]["per_question"][0]
+    assert all(":" in t and t.startswith("D") for t in row["retrieved"])
+    assert "adversarial" not in results["vmem"]["per_category"]

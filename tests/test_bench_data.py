@@ -1,0 +1,87 @@
+"""Benchmark loaders on small files written by the tests, and on the shipped data's shape."""
+
+import json
+
+import pytest
+from PIL import Image
+
+from llama_index_vmem.bench.data import CAPTION, PIXELS, load_locomo, load_memgallery, parse_evidence
+
+
+def _memgallery(tmp_path, with_pixels):
+    (tmp_path / "image" / "T").mkdir(parents=True)
+    if with_pixels:
+        Image.new("RGB", (8, 8), "red").save(tmp_path / "image" / "T" / "D1_IMG_001.png")
+        Image.new("RGB", (8, 8), "blue").save(tmp_path / "image" / "T" / "QA_IMG_001.png")
+    data = {
+        "character_profile": {"name": "Ana"},
+        "multi_session_dialogues": [{"session_id": "D1", "date": "2024-06-17", "dialogues": [
+            {"round": "D1:1", "user": "hi", "assistant": "hello"},
+            {"round": "D1:2", "user": "look", "assistant": "nice", "image_id": ["D1:IMG_001"],
+             "input_image": ["../image/T/D1_IMG_001.png"], "image_caption": ["a red square"]},
+        ]}],
+        "human-annotated QAs": [
+            {"point": "VS", "question": "Which image is red?", "answer": "D1:IMG_001", "clue": ["D1:2"]},
+            {"point": "TTL", "question": "What is this?", "answer": "red", "clue": ["D1:2"],
+             "question_image": "../image/T/QA_IMG_001.png", "image_caption": "a blue square"},
+            {"point": "AR", "question": "Did I mention cats?", "answer": "Not mentioned.", "clue": []},
+        ],
+    }
+    (tmp_path / "dialog").mkdir()
+    path = tmp_path / "dialog" / "T.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("with_pixels, mode", [(True, PIXELS), (False, CAPTION)])
+def test_memgallery_loader(tmp_path, with_pixels, mode):
+    conv = load_memgallery(_memgallery(tmp_path, with_pixels))
+    assert conv.image_mode == mode
+    assert [r.key for r in conv.rounds] == ["D1:1", "D1:2"]
+    image = conv.rounds[1].images[0]
+    assert image.image_id == "D1:IMG_001" and image.caption == "a red square"
+    assert (image.path is not None) is with_pixels
+    q = conv.questions[1]
+    assert q.category == "TTL" and q.gold == ["D1:2"] and q.image_caption == "a blue square"
+    assert (q.image_path is not None) is with_pixels
+    assert conv.rounds[1].as_round_dict()["images"][0].get("path") == (str(image.path) if with_pixels else None)
+
+
+def test_memgallery_image_root(tmp_path):
+    path = _memgallery(tmp_path, True)
+    moved = tmp_path / "elsewhere"
+    (tmp_path / "image").rename(moved)
+    assert load_memgallery(path).image_mode == CAPTION
+    assert load_memgallery(path, image_root=moved).image_mode == PIXELS
+
+
+def test_locomo_rounds_group_speaker_a_with_following_b_turns(tmp_path):
+    sample = {"sample_id": "conv-x", "conversation": {
+        "speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {"speaker": "Bob", "dia_id": "D1:1", "text": "hey"},
+            {"speaker": "Ann", "dia_id": "D1:2", "text": "hi Bob"},
+            {"speaker": "Bob", "dia_id": "D1:3", "text": "look", "blip_caption": "a photo of a dog"},
+            {"speaker": "Bob", "dia_id": "D1:4", "text": "cute right"},
+            {"speaker": "Ann", "dia_id": "D1:5", "text": "very"},
+        ]},
+        "qa": [
+            {"question": "q1", "answer": "a", "evidence": ["D1:3"], "category": 4},
+            {"question": "q2", "answer": 2022, "evidence": ["D1:2; D1:4", "D:1:5", "D"], "category": 1},
+            {"question": "q3", "adversarial_answer": "x", "evidence": ["D1:2"], "category": 5},
+        ]}
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([sample]))
+    [conv] = load_locomo(path)
+    assert [r.turn_ids for r in conv.rounds] == [["D1:1"], ["D1:2", "D1:3", "D1:4"], ["D1:5"]]
+    assert conv.rounds[1].user == "Ann: hi Bob" and conv.rounds[1].assistant == "Bob: look\nBob: cute right"
+    assert conv.rounds[1].images[0].caption == "a photo of a dog" and conv.rounds[1].images[0].role == "assistant"
+    assert conv.rounds[1].timestamp == "1:56 pm on 8 May, 2023"
+    assert [q.category for q in conv.questions] == ["single-hop", "multi-hop"]  # adversarial excluded
+    assert conv.questions[1].gold == ["D1:2", "D1:4", "D1:5"] and conv.questions[1].answer == "2022"
+    assert conv.malformed_evidence == 3
+    assert conv.turn_ids(["D1:2", "D1:5"]) == ["D1:2", "D1:3", "D1:4", "D1:5"]
+
+
+def test_parse_evidence():
+    assert parse_evidence(["D8:6; D9:17", "D", "D:11:26", "D2:3"]) == (["D8:6", "D9:17", "D11:26", "D2:3"], 3)
