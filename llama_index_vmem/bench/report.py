@@ -15,7 +15,7 @@ def system_names(results: Dict[str, Any]) -> List[str]:
 
 
 def _table(header: List[str], rows: List[List[Any]]) -> str:
-    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else "–" if v is None else str(v)  # noqa: E731
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -53,7 +53,7 @@ def bar_chart(results: Dict[str, Any], path: Path, metric: str = "hit@k") -> Non
     width = 0.8 / max(1, len(names))
     fig, ax = plt.subplots(figsize=(max(6, len(categories) * 1.2), 4))
     for i, name in enumerate(names):
-        values = [results[name]["per_category"].get(c, {}).get(metric, 0.0) for c in categories]
+        values = [results[name]["per_category"].get(c, {}).get(metric) or 0.0 for c in categories]
         ax.bar([x + i * width for x in range(len(categories))], values, width, label=name)
     ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(categories))], categories)
     ax.set_ylabel(metric)

@@ -118,7 +118,9 @@ def score(run_: SystemRun, k: int) -> Dict[str, Any]:
     rename = {f"precision@{k}": "precision@k", f"recall@{k}": "recall@k", f"hit@{k}": "hit@k"}
 
     def block(rows: List[Dict[str, Any]], key: str) -> Dict[str, Any]:
-        out = {rename.get(m, m): v for m, v in table.get(key, {"n": 0}).items()}
+        # a category whose questions all have an empty gold set has nothing to score (null, n = 0)
+        unscored = {"precision@k": None, "recall@k": None, "hit@k": None, "n": 0}
+        out = unscored | {rename.get(m, m): v for m, v in table.get(key, {}).items()}
         scored = [r["context_evidence_recall"] for r in rows if r["context_evidence_recall"] is not None]
         out["context_evidence_recall"] = statistics.fmean(scored) if scored else 0.0
         out["context_tokens_mean"] = statistics.fmean(r["context_tokens"] for r in rows) if rows else 0.0
