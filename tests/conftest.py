@@ -22,6 +22,10 @@ from pydantic import PrivateAttr
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+#: The benchmark data (never copied into the repository): ``../shared/data`` beside the checkout.
+BENCH_DATA = Path(os.environ.get("VMEM_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+assert (BENCH_DATA / "memgallery" / "dialog").is_dir(), f"benchmark data not found at {BENCH_DATA}; set VMEM_DATA_DIR"
+
 
 class ScriptedLLM(CustomLLM):
     """Answers by the first rule whose key occurs in the prompt; records what it was sent."""

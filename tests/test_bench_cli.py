@@ -2,13 +2,12 @@
 with a scripted LLM for anchors, answers and the judge."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from llama_index_vmem.bench import cli
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from conftest import BENCH_DATA as DATA
 SYSTEM_KEYS = {"precision@k", "recall@k", "hit@k", "n", "context_evidence_recall", "context_tokens_mean"}
 COST_KEYS = {"build_seconds", "build_llm_tokens", "query_ms_p50", "query_ms_p95", "peak_rss_mb"}
 

@@ -7,7 +7,7 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from conftest import BENCH_DATA as DATA
 
 
 def test_there_are_notebooks():

@@ -22,10 +22,10 @@ class Sparse:
 
 
 class Bm25Encoder:
-    """Stemmed English BM25 term weights (k1=1.2, b=0.75)."""
+    """Stemmed English BM25 term weights with Qdrant's defaults (k1=1.2, b=0.75, avg_len=256)."""
 
-    def __init__(self, avg_len: float = 64.0) -> None:
-        self._bm25 = qdrant_edge.Bm25(qdrant_edge.Bm25Config(avg_len=avg_len, language="english"))
+    def __init__(self) -> None:
+        self._bm25 = qdrant_edge.Bm25(qdrant_edge.Bm25Config(language="english"))
 
     def documents(self, texts: List[str]) -> List[Sparse]:
         return [_sparse(self._bm25.embed_document(t)) for t in texts]
