@@ -1,13 +1,13 @@
-"""vmem-bench end to end on a small real subset (two Mem-Gallery dialogues, one LoCoMo conversation),
+"""vmem-bench end to end on a small real subset (two Mem-Gallery dialogues, the LoCoMo file),
 with a scripted LLM for anchors, answers and the judge."""
 
 import json
 
 import pytest
+from conftest import BENCH_DATA as DATA
 
 from llama_index_vmem.bench import cli
 
-from conftest import BENCH_DATA as DATA
 SYSTEM_KEYS = {"precision@k", "recall@k", "hit@k", "n", "context_evidence_recall", "context_tokens_mean"}
 COST_KEYS = {"build_seconds", "build_llm_tokens", "query_ms_p50", "query_ms_p95", "peak_rss_mb"}
 

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import BENCH_DATA as DATA
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-from conftest import BENCH_DATA as DATA
 
 
 def test_there_are_notebooks():
