@@ -1,18 +1,160 @@
-"""How retrieved context reaches the answering model.
+"""How retrieved context reaches the answering model (DeliverMem's delivery stage).
 
-``text`` mode (V-Mem's own): each block is one time-ordered run of rounds headed by its session,
-round and date; images appear as their id and caption, folded into the round text at ingestion.
+* ``text``: V-Mem's own delivery. Blocks of rounds in conversation order, each headed by when it
+  was seen and its session and rounds; images appear as their id and caption.
+* ``pixels``: the same text, and after each round the original pixels of its images as
+  ``ImageBlock``s (D1), each id stamped visibly into a corner of the pixels and named in the text
+  (D2), under the block's time header (D3). The query's own image is delivered too, labelled as
+  the attachment. An image budget caps how many images and how large; what it drops is said.
+
+Labelled, downscaled copies are cached on disk by content, so originals are never touched.
 """
 
 from __future__ import annotations
 
-from typing import List
+import hashlib
+import re
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
-from llama_index.core.schema import ImageNode, NodeWithScore
+from llama_index.core.base.llms.types import ImageBlock, TextBlock
+from llama_index.core.llms import LLM
+from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, TextNode
+from PIL import Image, ImageDraw, ImageFont
+
+from . import schema
+from .postprocessor import BLOCK_MATCHED, BLOCK_ROUND_IDS
+
+if TYPE_CHECKING:
+    from .index import VMemIndex
 
 BLOCK_SEPARATOR = "\n\n---\n\n"
+ATTACHMENT_LABEL = "ATTACHED"
+ContentBlock = Union[TextBlock, ImageBlock]
+#: Model names that take images (OpenAI, Gemini, Claude, Qwen-VL, LLaVA, ...): ``pixels`` is their default.
+_VISION_MODELS = re.compile(r"gpt-4o|gpt-4\.1|gpt-5|o[134]\b|o[134]-|vision|gemini|claude-3|claude-(sonnet|opus|haiku)|"
+                            r"-vl|vl-|llava|pixtral|llama-?3\.2.*vision|llama-4", re.IGNORECASE)
+
+
+class DeliveryMode(str, Enum):
+    TEXT = "text"
+    PIXELS = "pixels"
+
+
+def default_mode(llm: Optional[LLM]) -> DeliveryMode:
+    """``pixels`` for a model known to see images, else ``text``; pass a mode to decide yourself."""
+    name = getattr(getattr(llm, "metadata", None), "model_name", "") or ""
+    return DeliveryMode.PIXELS if _VISION_MODELS.search(name) else DeliveryMode.TEXT
+
+
+@dataclass(frozen=True)
+class ImageBudget:
+    """At most ``max_images`` images per answer, each at most ``max_side`` pixels on its long side."""
+
+    max_images: int = 8
+    max_side: int = 1024
 
 
 def text_context(nodes: List[NodeWithScore]) -> str:
     """The ``{context}`` of the answer prompt: text blocks in the order given, images as text only."""
     return BLOCK_SEPARATOR.join(n.node.get_content() for n in nodes if not isinstance(n.node, ImageNode))
+
+
+def label_image(source: Union[str, Path], label: str, cache_dir: Path, max_side: int) -> Path:
+    """A copy of ``source``, downscaled to ``max_side``, with ``label`` stamped in its top-left corner.
+
+    The label's height is about 6% of the short side (at least 12 px), white on a dark box, so it
+    stays legible at any size without covering the centre.
+    """
+    digest = hashlib.sha256(Path(source).read_bytes() + f"\x00{label}\x00{max_side}".encode()).hexdigest()[:32]
+    target = Path(cache_dir) / f"{digest}.png"
+    if target.exists():
+        return target
+    with Image.open(source) as img:
+        img = img.convert("RGB")
+        img.thumbnail((max_side, max_side))
+    font, origin, box = _stamp(img.size, label)
+    draw = ImageDraw.Draw(img)
+    draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=(0, 0, 0))  # PIL's rectangle is inclusive
+    draw.text(origin, label, fill=(255, 255, 255), font=font)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    img.save(tmp, format="PNG")
+    tmp.replace(target)
+    return target
+
+
+def label_box(image_size: Tuple[int, int], label: str) -> Tuple[int, int, int, int]:
+    """The corner box (left, top, right, bottom; right/bottom exclusive) ``label_image`` stamps on an
+    image of this (already downscaled) size."""
+    return _stamp(image_size, label)[2]
+
+
+def _stamp(image_size: Tuple[int, int], label: str) -> tuple:
+    """Font, text origin and box of a label sized to the image."""
+    size = max(12, round(min(image_size) * 0.06))
+    font = ImageFont.load_default(size=size)
+    left, top, right, bottom = ImageDraw.Draw(Image.new("RGB", (1, 1))).textbbox((0, 0), label, font=font)
+    pad = max(2, size // 4)
+    box = (0, 0, min(image_size[0], right - left + 2 * pad), min(image_size[1], bottom - top + 2 * pad))
+    return font, (pad - left, pad - top), box
+
+
+class Deliverer:
+    """Turns postprocessed blocks into the content blocks one answer call sends."""
+
+    def __init__(self, index: "VMemIndex", mode: DeliveryMode = DeliveryMode.TEXT, budget: Optional[ImageBudget] = None,
+                 cache_dir: Optional[Path] = None) -> None:
+        self.index = index
+        self.mode = DeliveryMode(mode)
+        self.budget = budget or ImageBudget()
+        self.cache_dir = Path(cache_dir) if cache_dir else index.image_dir / "delivered"
+
+    def deliver(self, nodes: List[NodeWithScore], query: Optional[QueryBundle] = None) -> List[ContentBlock]:
+        if self.mode is DeliveryMode.TEXT:
+            return [TextBlock(text=text_context(nodes))]
+        blocks = [n.node for n in nodes if not isinstance(n.node, ImageNode)]
+        rounds = self.index.get_rounds(r for b in blocks for r in _member_ids(b))
+        images = self._images(blocks, rounds)
+        shown = set(list(images)[: self.budget.max_images])
+        out: List[ContentBlock] = []
+        for i, block in enumerate(blocks):
+            if i:
+                out.append(TextBlock(text=BLOCK_SEPARATOR))
+            out.append(TextBlock(text=f"[{schema.block_header([rounds[r].metadata for r in _member_ids(block) if r in rounds])}]"))
+            for rid in _member_ids(block):
+                if rid in rounds:
+                    out.extend(self._round(rounds[rid], images, shown))
+        dropped = [images[k].metadata[schema.IMAGE_ID] for k in images if k not in shown]
+        if dropped:
+            out.append(TextBlock(text=f"\n[not shown to keep within the image budget of {self.budget.max_images}: "
+                                      f"{', '.join(dropped)}]"))
+        if query is not None and query.image_path:
+            out.append(TextBlock(text=f"\n[attached image: the user's {ATTACHMENT_LABEL} picture]"))
+            out.append(ImageBlock(path=label_image(query.image_path, ATTACHMENT_LABEL, self.cache_dir, self.budget.max_side)))
+        return out
+
+    def _images(self, blocks: Sequence[TextNode], rounds: Dict[str, TextNode]) -> Dict[str, ImageNode]:
+        """Images with pixels of the delivered rounds: retrieved rounds first (by rank), then neighbours."""
+        rank = {key: i for i, key in enumerate(k for b in blocks for k in b.metadata.get(BLOCK_MATCHED, []))}
+        members = [rounds[r] for b in blocks for r in _member_ids(b) if r in rounds]
+        order = sorted(members, key=lambda n: rank.get(n.metadata[schema.ROUND_KEY], len(rank)))
+        found = self.index.images_near(order, 0)
+        return {img.node_id: img for r in order for img in found.get(r.node_id, []) if img.image_path}
+
+    def _round(self, round_node: TextNode, images: Dict[str, ImageNode], shown: set) -> List[ContentBlock]:
+        out: List[ContentBlock] = [TextBlock(text="\n" + round_node.text)]
+        for key, img in images.items():
+            if img.metadata[schema.ROUND_ID] != round_node.node_id:
+                continue
+            image_id = img.metadata[schema.IMAGE_ID]
+            if key in shown:
+                out.append(TextBlock(text=f"\n[image {image_id}]"))
+                out.append(ImageBlock(path=label_image(img.image_path, image_id, self.cache_dir, self.budget.max_side)))
+        return out
+
+
+def _member_ids(block: TextNode) -> List[str]:
+    return list(block.metadata.get(BLOCK_ROUND_IDS, []))

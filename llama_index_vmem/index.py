@@ -358,7 +358,8 @@ class VMemIndex:
         from .query_engine import VMemQueryEngine
 
         llm = llm or self.llm
-        engine_keys = {"answer_prompt", "conflict_prompt", "image_note_prompt", "image_note_matched_prompt", "delivery"}
+        engine_keys = {"answer_prompt", "conflict_prompt", "image_note_prompt", "image_note_matched_prompt", "delivery",
+                       "image_budget"}
         engine_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in engine_keys}
         return VMemQueryEngine(retriever=self.as_retriever(llm=llm, **kwargs), llm=llm, **engine_kwargs)
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 #: Block-node metadata: the round keys a block holds, and which of them were retrieved.
 BLOCK_ROUNDS = "rounds"
 BLOCK_MATCHED = "matched_rounds"
+BLOCK_ROUND_IDS = "round_ids"
 
 
 class NeighborRoundPostprocessor(BaseNodePostprocessor):
@@ -100,6 +101,7 @@ def _block_node(members: List[TextNode], matched: List[TextNode]) -> TextNode:
     metadata = {
         BLOCK_ROUNDS: [n.metadata[schema.ROUND_KEY] for n in members],
         BLOCK_MATCHED: [n.metadata[schema.ROUND_KEY] for n in matched],
+        BLOCK_ROUND_IDS: [n.node_id for n in members],
         schema.MEMORY_ID: first[schema.MEMORY_ID],
         schema.SESSION_ID: first.get(schema.SESSION_ID),
         schema.TIMESTAMP: first.get(schema.TIMESTAMP),

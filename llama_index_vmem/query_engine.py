@@ -1,4 +1,9 @@
-"""Answering over a memory with the paper's prompts: answer, conflict, and the attached-image note."""
+"""Answering over a memory with the paper's prompts: answer, conflict, and the attached-image note.
+
+The prompt's ``{context}`` is filled by the delivery stage: text only, or text with labelled pixels
+(``delivery="pixels"``, the default for models known to see images). The call is one user chat
+message whose blocks are the prompt text around the delivered content.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,15 @@ import asyncio
 from typing import List, Optional
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
 from llama_index.core.base.response.schema import Response
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from . import delivery, schema
+from . import schema
+from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, default_mode
 from .postprocessor import NeighborRoundPostprocessor
 from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, IMAGE_NOTE_PROMPT
 from .retriever import RetrievalResult, VMemRetriever
@@ -31,6 +38,8 @@ class VMemQueryEngine(BaseQueryEngine):
         conflict_prompt: Optional[BasePromptTemplate] = None,
         image_note_prompt: Optional[BasePromptTemplate] = None,
         image_note_matched_prompt: Optional[BasePromptTemplate] = None,
+        delivery: Optional[str] = None,
+        image_budget: Optional[ImageBudget] = None,
     ) -> None:
         super().__init__(callback_manager=retriever.callback_manager)
         if llm is None:
@@ -38,6 +47,7 @@ class VMemQueryEngine(BaseQueryEngine):
         self.retriever = retriever
         self.llm = llm
         self.postprocessor = NeighborRoundPostprocessor(retriever._index)
+        self.deliverer = Deliverer(retriever._index, DeliveryMode(delivery) if delivery else default_mode(llm), image_budget)
         self._prompts = {
             "answer_prompt": answer_prompt or ANSWER_PROMPT,
             "conflict_prompt": conflict_prompt or CONFLICT_PROMPT,
@@ -57,11 +67,15 @@ class VMemQueryEngine(BaseQueryEngine):
     def retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         return self.postprocessor.postprocess_nodes(self.retriever.retrieve(query_bundle), query_bundle)
 
-    def _context(self, query_bundle: QueryBundle, result: RetrievalResult, nodes: List[NodeWithScore]) -> str:
-        context = delivery.text_context(nodes)
+    def _content(self, prompt: BasePromptTemplate, query_bundle: QueryBundle, result: RetrievalResult,
+                 nodes: List[NodeWithScore]) -> List[ContentBlock]:
+        """The prompt's text around the delivered blocks (and the attached-image note), as one message."""
+        context: List[ContentBlock] = self.deliverer.deliver(nodes, query_bundle)
         if query_bundle.image_path or getattr(query_bundle, "image_caption", None):
-            context = f"{context}\n\n{self._image_note(query_bundle, result)}"
-        return context
+            context.append(TextBlock(text=f"\n\n{self._image_note(query_bundle, result)}"))
+        sentinel = "\x00vmem-context\x00"
+        before, found, after = prompt.format(context=sentinel, question=query_bundle.query_str).partition(sentinel)
+        return _merge_text([TextBlock(text=before), *context, TextBlock(text=after)] if found else [TextBlock(text=before)])
 
     def _image_note(self, query_bundle: QueryBundle, result: RetrievalResult) -> str:
         caption = getattr(query_bundle, "image_caption", None) or _NO_DESCRIPTION
@@ -78,17 +92,30 @@ class VMemQueryEngine(BaseQueryEngine):
         result = self.retriever.retrieve_with_plan(query_bundle)
         nodes = self.postprocessor.postprocess_nodes(result.nodes, query_bundle)
         prompt = self._prompts["conflict_prompt" if result.plan.answer_prompt == "conflict" else "answer_prompt"]
-        answer = self.llm.predict(prompt, context=self._context(query_bundle, result, nodes), question=query_bundle.query_str)
+        message = ChatMessage(role=MessageRole.USER, blocks=self._content(prompt, query_bundle, result, nodes))
+        answer = self.llm.chat([message]).message.content or ""
         return Response(
-            response=answer,
+            response=answer.strip(),
             source_nodes=nodes,
             metadata={
                 "case": result.plan.case.value,
                 "answer_prompt": result.plan.answer_prompt,
                 "anchors": {a.value: v.text for a, v in result.anchors.items()},
                 "reasons": list(result.plan.reasons),
+                "delivery": self.deliverer.mode.value,
             },
         )
 
     async def _aquery(self, query_bundle: QueryBundle) -> Response:
         return await asyncio.to_thread(self._query, query_bundle)
+
+
+def _merge_text(blocks: List[ContentBlock]) -> List[ContentBlock]:
+    """Adjacent text blocks joined, so text delivery is exactly one text block."""
+    out: List[ContentBlock] = []
+    for block in blocks:
+        if isinstance(block, TextBlock) and out and isinstance(out[-1], TextBlock):
+            out[-1] = TextBlock(text=out[-1].text + block.text)
+        elif not (isinstance(block, TextBlock) and not block.text):
+            out.append(block)
+    return out

@@ -1,0 +1,108 @@
+"""What reaches the model in each delivery mode (recorded by LlamaIndex's MockLLMWithChatMemoryOfLastCall)."""
+
+import hashlib
+import re
+
+import pytest
+from llama_index.core.base.llms.types import ImageBlock, TextBlock
+from llama_index.core.llms import MockLLM
+from llama_index.core.llms.mock import MockLLMWithChatMemoryOfLastCall
+from PIL import Image, ImageChops
+
+from llama_index_vmem import VMemQueryBundle
+from llama_index_vmem.delivery import ATTACHMENT_LABEL, DeliveryMode, ImageBudget, default_mode, label_box
+
+
+def _memory(make_index, photos):
+    index = make_index()
+    img = lambda i, name, caption: {"image_id": i, "path": str(photos[name]), "caption": caption}  # noqa: E731
+    index.add_rounds([
+        {"round_key": "D1:1", "session_id": "D1", "timestamp": "2024-06-17", "user": "We went to the launch site.", "assistant": "Fun!"},
+        {"round_key": "D1:2", "session_id": "D1", "timestamp": "2024-06-17", "user": "The rocket on the pad.", "assistant": "Tall!",
+         "images": [img("D1:IMG_001", "rocket", "a rocket on a launch pad")]},
+        {"round_key": "D1:3", "session_id": "D1", "timestamp": "2024-06-17", "user": "And a rocket selfie.", "assistant": "Nice.",
+         "images": [img("D1:IMG_002", "astronaut", "an astronaut portrait near a rocket"),
+                    img("D1:IMG_003", "coffee", "coffee before the rocket launch")]},
+        {"round_key": "D2:1", "session_id": "D2", "timestamp": "2024-07-01", "user": "My cat Mochi.", "assistant": "Cute.",
+         "images": [img("D2:IMG_001", "chelsea", "a tabby cat")]},
+    ])
+    return index
+
+
+def _sent(llm):
+    [message] = llm.last_chat_messages
+    return message.blocks
+
+
+def test_text_mode_sends_one_text_block_with_time_headers(make_index, photos):
+    llm = MockLLMWithChatMemoryOfLastCall()
+    engine = _memory(make_index, photos).as_query_engine(llm=llm, delivery="text")
+    response = engine.query("Which photo shows the rocket?")
+    [block] = _sent(llm)
+    assert isinstance(block, TextBlock)
+    assert "[seen 2024-06-17, session D1, rounds D1:1 to D1:3]" in block.text
+    assert "[Image D1:IMG_001] a rocket on a launch pad" in block.text
+    assert response.metadata["delivery"] == "text"
+
+
+def test_pixels_mode_puts_labelled_images_after_their_round(make_index, photos):
+    llm = MockLLMWithChatMemoryOfLastCall()
+    engine = _memory(make_index, photos).as_query_engine(llm=llm, delivery="pixels", image_budget=ImageBudget(max_images=2, max_side=256))
+    engine.query("Which photo shows the rocket?")
+    blocks = _sent(llm)
+    kinds = ["image" if isinstance(b, ImageBlock) else "text" for b in blocks]
+    assert kinds.count("image") == 2  # the budget
+    text = "".join(b.text for b in blocks if isinstance(b, TextBlock))
+    assert text.startswith("You are answering a question using a person’s conversation history.")
+    assert text.index("[seen 2024-06-17, session D1") < text.index("The rocket on the pad.") < text.index("[image D1:IMG_001]")
+    assert text.index("[image D1:IMG_001]") < text.index("And a rocket selfie.")
+    assert "[not shown to keep within the image budget of 2: " in text
+    # Each image follows the text naming it, and carries that id in its pixels.
+    for i, block in enumerate(blocks):
+        if isinstance(block, ImageBlock):
+            named = re.findall(r"\[image ([^\]]+)\]$", blocks[i - 1].text.strip())[0]
+            original = {"D1:IMG_001": "rocket", "D1:IMG_002": "astronaut", "D1:IMG_003": "coffee"}[named]
+            _assert_stamped(block.path, photos[original], named, 256)
+
+
+def _assert_stamped(delivered_path, original_path, label, max_side):
+    delivered = Image.open(delivered_path).convert("RGB")
+    expected = Image.open(original_path).convert("RGB")
+    expected.thumbnail((max_side, max_side))
+    assert delivered.size == expected.size and max(delivered.size) <= max_side
+    box = label_box(delivered.size, label)
+    assert box[2] < delivered.width / 2 and box[3] < delivered.height / 2  # a corner, not the centre
+    diff = ImageChops.difference(delivered, expected)
+    assert diff.crop(box).getbbox() is not None  # the label changed its corner
+    outside = diff.copy()
+    outside.paste((0, 0, 0), box)
+    assert outside.getbbox() is None  # and nothing else
+
+
+def test_attachment_is_delivered_and_labelled_and_originals_untouched(make_index, photos, tmp_path):
+    before = hashlib.sha256(photos["rocket"].read_bytes()).hexdigest()
+    llm = MockLLMWithChatMemoryOfLastCall()
+    engine = _memory(make_index, photos).as_query_engine(llm=llm, delivery="pixels", image_budget=ImageBudget(max_images=8, max_side=300))
+    engine.query(VMemQueryBundle("Which picture in our chat is this?", image_path=str(photos["chelsea"]), image_caption="a cat"))
+    blocks = _sent(llm)
+    images = [i for i, b in enumerate(blocks) if isinstance(b, ImageBlock)]
+    last = images[-1]
+    assert ATTACHMENT_LABEL in blocks[last - 1].text
+    _assert_stamped(blocks[last].path, photos["chelsea"], ATTACHMENT_LABEL, 300)
+    text = "".join(b.text for b in blocks if isinstance(b, TextBlock))
+    assert "[image D2:IMG_001]" in text and "[seen 2024-07-01, session D2, round D2:1]" in text
+    assert hashlib.sha256(photos["rocket"].read_bytes()).hexdigest() == before
+
+
+@pytest.mark.parametrize("model, mode", [("gpt-4o-mini", DeliveryMode.PIXELS), ("gemini-2.5-flash", DeliveryMode.PIXELS),
+                                         ("Qwen2.5-VL-32B", DeliveryMode.PIXELS), ("gpt-3.5-turbo", DeliveryMode.TEXT)])
+def test_default_mode_follows_the_model(model, mode):
+    class Named(MockLLM):
+        @property
+        def metadata(self):
+            meta = super().metadata
+            meta.model_name = model
+            return meta
+
+    assert default_mode(Named()) is mode
+    assert default_mode(MockLLM()) is DeliveryMode.TEXT
