@@ -16,7 +16,7 @@ import urllib.request
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import List, Optional, Union
 
 from PIL import Image, UnidentifiedImageError
 
@@ -144,6 +144,25 @@ def save(image: LoadedImage, directory: Path) -> Path:
         tmp.write_bytes(image.data)
         os.replace(tmp, target)
     return target
+
+
+def region_crops(data: bytes, overlap: float = 0.2) -> List[bytes]:
+    """The whole image, then 2x2 tiles that each cover (1 + overlap) / 2 of its width and height.
+
+    Tiles let a query that shows part of a stored picture (a crop, a detail) match the region it
+    shows (DeliverMem's R1); they are PNG bytes ready for the image encoder.
+    """
+    with Image.open(io.BytesIO(data)) as img:
+        img = img.convert("RGB")
+    w, h = img.size
+    tw, th = round(w * (1 + overlap) / 2), round(h * (1 + overlap) / 2)
+    boxes = [(0, 0, tw, th), (w - tw, 0, w, th), (0, h - th, tw, h), (w - tw, h - th, w, h)]
+    out = [data]
+    for box in boxes:
+        buf = io.BytesIO()
+        img.crop(box).save(buf, format="PNG")
+        out.append(buf.getvalue())
+    return out
 
 
 def open_rgb(path: Union[str, os.PathLike]) -> Image.Image:

@@ -62,6 +62,7 @@ class VMemIndex:
         transcriber: Optional[Transcriber] = None,
         show_progress: bool = False,
         owns_tempdir: Optional[tempfile.TemporaryDirectory] = None,
+        region_tiles: bool = False,
     ) -> None:
         _check_memory_id(memory_id)
         self.store = store
@@ -71,6 +72,7 @@ class VMemIndex:
         self.llm = llm
         self.config = config or VMemConfig()
         self.show_progress = show_progress
+        self.region_tiles = region_tiles
         self.bm25 = Bm25Encoder()
         self.image_dir = Path(image_dir) / hashlib.sha256(memory_id.encode()).hexdigest()[:16]
         self._parser = RoundNodeParser(memory_id=memory_id, image_dir=str(self.image_dir), transcriber=transcriber)
@@ -96,6 +98,7 @@ class VMemIndex:
         image_dir: Optional[Union[str, Path]] = None,
         transcriber: Optional[Transcriber] = None,
         show_progress: bool = False,
+        region_tiles: bool = False,
     ) -> "VMemIndex":
         """Open (or create) a memory.
 
@@ -103,7 +106,9 @@ class VMemIndex:
         ``path``: a Qdrant Edge store on disk; reopening it restores the memory exactly.
         ``url`` (or ``client``, any ``QdrantClient``): a Qdrant server; collections are shared by
         all memories, with ``memory_id`` as the tenant key. Images are kept under ``image_dir``
-        (default: ``path/images``, or a temporary directory).
+        (default: ``path/images``, or a temporary directory). ``region_tiles=True`` also stores each
+        image as whole + 2x2 overlapping tiles, compared by MaxSim, for the visual signal (five image
+        encodings per image; fixed when the store is created).
         """
         _check_memory_id(memory_id)
         tmp = None
@@ -135,6 +140,7 @@ class VMemIndex:
             transcriber=transcriber,
             show_progress=show_progress,
             owns_tempdir=tmp,
+            region_tiles=region_tiles,
         )
 
     # -- set-up -------------------------------------------------------------------------------
@@ -150,13 +156,14 @@ class VMemIndex:
             Image.new("RGB", (32, 32)).save(probe)
             visual_dim = len(self.image_encoder.get_image_embedding(str(probe)))
             probe.unlink()
-        return LaneDims(text=text_dim, visual=int(visual_dim))
+        return LaneDims(text=text_dim, visual=int(visual_dim), regions=self.region_tiles)
 
     def _manifest(self) -> Dict[str, Any]:
         return {
             "format": 1,
             "text_encoder": f"{self.embed_model.class_name()}:{getattr(self.embed_model, 'model_name', '')}",
             "image_encoder": image_encoder_id(self.image_encoder),
+            "region_tiles": self.region_tiles,
         }
 
     def scope(self, **narrowing: Any) -> Scope:
@@ -278,9 +285,17 @@ class VMemIndex:
         pixels = [u for u in imgs if u.metadata[schema.HAS_PIXELS]]
         if pixels:
             pending = {str(k): v for p in parsed for k, v in p.pending_images.items()}
-            visual = self._embed_images([pending[u.image_path].data for u in pixels])
-            for u, v in zip(pixels, visual, strict=True):
-                vectors[u.node_id][schema.VISUAL] = v
+            blobs = [pending[u.image_path].data for u in pixels]
+            if self.region_tiles:
+                crops = [image_io.region_crops(b) for b in blobs]
+                flat = iter(self._embed_images([c for cs in crops for c in cs]))
+                for u, cs in zip(pixels, crops, strict=True):
+                    regions = [next(flat) for _ in cs]  # the whole image first, then its tiles
+                    vectors[u.node_id][schema.VISUAL] = regions[0]
+                    vectors[u.node_id][schema.VISUAL_REGIONS] = regions
+            else:
+                for u, v in zip(pixels, self._embed_images(blobs), strict=True):
+                    vectors[u.node_id][schema.VISUAL] = v
         make = lambda u: PointData(u.node_id, schema.unit_to_payload(u), vectors[u.node_id])  # noqa: E731
         return [make(u) for u in texts], [make(u) for u in imgs]
 

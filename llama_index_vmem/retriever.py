@@ -165,6 +165,8 @@ class VMemRetriever(BaseRetriever):
         else:
             vector = index.encode_query_text(anchor.text)
         scope = index.scope(seqs=tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None)
+        if signal.vector == schema.VISUAL and index.region_tiles:  # the query image against every stored region
+            return index.store.search(signal.collection, schema.VISUAL_REGIONS, [vector], scope, pool)
         return index.store.search(signal.collection, signal.vector, vector, scope, pool)
 
     def _nodes(self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], top: List[Fused]) -> List[NodeWithScore]:

@@ -49,6 +49,8 @@ INDEXED_INTEGERS = (SEQ,)
 TEXT_DENSE = "text_dense"
 TEXT_SPARSE = "text_sparse"
 VISUAL = "visual"
+#: The whole image plus 2x2 overlapping tiles, compared by MaxSim (DeliverMem's R1; opt-in per store).
+VISUAL_REGIONS = "visual_regions"
 
 
 class Lane(str, Enum):

@@ -78,3 +78,32 @@ def test_locomo_runs_over_turn_ids(tmp_path):
     row = results["vmem"]["per_question"][0]
     assert all(":" in t and t.startswith("D") for t in row["retrieved"])
     assert "adversarial" not in results["vmem"]["per_category"]
+
+
+def test_pixels_mode_runs_stock_multimodal_and_counts_delivered_images(tmp_path, photos):
+    """A Mem-Gallery-format dialogue with real photos: image mode 'pixels', vmem delivers labelled images."""
+    images = tmp_path / "image" / "T"
+    images.mkdir(parents=True)
+    names = ["coffee", "rocket", "chelsea", "horse"]
+    for i, name in enumerate(names, start=1):
+        (images / f"D1_IMG_00{i}.png").write_bytes(photos[name].read_bytes())
+    (images / "QA_IMG_001.png").write_bytes(photos["rocket"].read_bytes())
+    rounds = [{"round": f"D1:{i}", "user": f"Sharing my {name} photo.", "assistant": "Nice.", "image_id": [f"D1:IMG_00{i}"],
+               "input_image": [f"../image/T/D1_IMG_00{i}.png"], "image_caption": [f"a photo of a {name}"]}
+              for i, name in enumerate(names, start=1)]
+    qas = [{"point": "TTL", "question": "What did I call the thing in this picture?", "answer": "rocket", "clue": ["D1:2"],
+            "question_image": "../image/T/QA_IMG_001.png", "image_caption": "a rocket"},
+           {"point": "VS", "question": "Which photo shows a horse?", "answer": "D1:IMG_004", "clue": ["D1:4"]}]
+    (tmp_path / "dialog").mkdir()
+    path = tmp_path / "dialog" / "T.json"
+    path.write_text(json.dumps({"multi_session_dialogues": [{"session_id": "D1", "date": "2024-06-17", "dialogues": rounds}],
+                                "human-annotated QAs": qas}))
+    out = tmp_path / "r.json"
+    argv = ["memgallery", str(path), "--systems", "vmem,stock-multimodal", "--delivery", "pixels", "--out", str(out),
+            "--report", str(tmp_path / "r.md"), "--no-progress"]
+    assert cli.main(argv) == 0
+    results = json.loads(out.read_text())
+    assert results["image_mode"] == "pixels" and results["delivery"] == "pixels"
+    assert results["vmem"]["overall"]["delivered_images_mean"] > 0
+    assert results["vmem"]["per_category"]["TTL"]["hit@k"] == 1.0  # the query photo matches the stored one
+    assert results["stock-multimodal"]["overall"]["n"] == 2

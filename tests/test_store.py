@@ -113,3 +113,29 @@ def test_tenants_never_see_each_other(tmp_path, minilm, tiny_siglip, photos, bac
 def test_empty_memory_id_is_refused(tmp_path, minilm, tiny_siglip):
     with pytest.raises(VMemInputError, match="memory_id"):
         VMemIndex.from_defaults(path=tmp_path / "m", memory_id="", embed_model=minilm, image_encoder=tiny_siglip)
+
+
+@pytest.mark.parametrize("backend", ["edge", "server"])
+def test_region_tiles_match_a_crop_to_its_picture(tmp_path, minilm, tiny_siglip, photos, backend):
+    """With region tiles the visual signal scores a stored image by its best region (MaxSim)."""
+    from PIL import Image
+
+    kwargs = dict(embed_model=minilm, image_encoder=tiny_siglip, region_tiles=True)
+    if backend == "server":
+        kwargs["client"] = QdrantClient(location=":memory:")
+    index = VMemIndex.from_defaults(path=tmp_path / "m", **kwargs)
+    try:
+        index.add_rounds([{"round_key": f"D1:{i}", "session_id": "D1", "user": f"photo {i}", "assistant": "ok",
+                           "images": [{"image_id": f"D1:IMG_{i}", "path": str(photos[name])}]}
+                          for i, name in enumerate(["coffee", "rocket", "astronaut", "horse"], start=1)])
+        assert index.store.count(Collection.IMAGE, index.scope()) == 4
+        crop = tmp_path / "crop.png"
+        with Image.open(photos["astronaut"]) as im:
+            im.crop((0, 0, im.width * 6 // 10, im.height * 6 // 10)).save(crop)  # exactly the top-left tile
+        result = index.as_retriever().retrieve_with_plan(VMemQueryBundle("Which picture is this?", image_path=str(crop)))
+        assert result.nodes[0].node.metadata["round_key"] == "D1:3"
+        assert result.visual_match.score == pytest.approx(1.0, abs=0.02)  # the tile itself is stored
+        manifest = (tmp_path / "m" / "qdrant" / "manifest.json")
+        assert backend == "server" or '"region_tiles": true' in manifest.read_text()
+    finally:
+        index.close()

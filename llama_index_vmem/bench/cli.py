@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
         b.add_argument("--qa", action="store_true", help="also answer and judge every question (needs --llm)")
         b.add_argument("--judge-prompt", type=Path, help="Mem-Gallery judge prompt file (llm_judge.txt)")
         b.add_argument("--limit", type=int, help="first N questions per conversation (quick runs)")
+        b.add_argument("--delivery", choices=("text", "pixels"), default="text",
+                       help="how vmem's context is delivered (pixels: labelled images counted per question)")
         b.add_argument("--out", type=Path, default=Path("results.json"))
         b.add_argument("--report", type=Path, default=Path("report.md"))
         b.add_argument("--no-progress", action="store_true")
@@ -89,7 +91,8 @@ def main(argv: Optional[List[str]] = None, llm=None) -> int:
     if args.qa and llm is None:
         raise SystemExit("--qa needs an LLM (--llm)")
     results = run_benchmark(args.command, conversations, k=args.k, systems=args.systems.split(","), rungs=args.config,
-                            llm=llm, qa=args.qa, judge_prompt=args.judge_prompt, show_progress=not args.no_progress)
+                            llm=llm, qa=args.qa, judge_prompt=args.judge_prompt, show_progress=not args.no_progress,
+                            delivery=args.delivery)
     args.out.write_text(json.dumps(results, indent=2))
     report.write(results, args.report)
     print(report.markdown(results))

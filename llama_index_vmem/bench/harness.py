@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from llama_index.core.llms import LLM
 
+from ..delivery import DeliveryMode
 from ..encoders import EfficientNetImageEncoder, default_text_embedding
 from .data import PIXELS, BenchConversation
 from .run import results_json, run
@@ -29,14 +30,14 @@ def system_name(rung: str) -> str:
 
 
 def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[str], rungs: Sequence[str],
-                 llm: Optional[LLM]) -> tuple:
+                 llm: Optional[LLM], delivery: str = "text") -> tuple:
     """The requested systems, sharing encoders; returns (systems, skipped-with-reason, shared build)."""
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
     vmem_embed = default_text_embedding()
     pixels = any(c.image_mode == PIXELS for c in conversations)
     image_encoder = EfficientNetImageEncoder()
-    build = VMemBuild(vmem_embed, image_encoder, llm=llm)
+    build = VMemBuild(vmem_embed, image_encoder, llm=llm, delivery=DeliveryMode(delivery))
     out: List[BenchSystem] = []
     skipped: Dict[str, str] = {}
     if "vmem" in systems:
@@ -58,9 +59,9 @@ def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[s
 
 def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k: int, systems: Sequence[str],
                   rungs: str = "anchors", llm: Optional[LLM] = None, qa: bool = False,
-                  judge_prompt: Optional[Path] = None, show_progress: bool = True) -> Dict[str, Any]:
+                  judge_prompt: Optional[Path] = None, show_progress: bool = True, delivery: str = "text") -> Dict[str, Any]:
     names = rung_names(rungs)
-    made, skipped, build = make_systems(conversations, systems, names, llm)
+    made, skipped, build = make_systems(conversations, systems, names, llm, delivery)
     vmem_names = [s.name for s in made if isinstance(s, VMemSystem)]
     budget = "vmem" if "vmem" in vmem_names else (vmem_names or [made[0].name])[0]
     try:
@@ -73,7 +74,7 @@ def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k:
         questions = {q.qid: q for c in conversations for q in c.questions}
         for r in runs.values():
             score_rows(r.rows, questions, benchmark, llm, judge_prompt)
-    extra = {"skipped_systems": skipped, "context_budget_from": budget,
+    extra = {"skipped_systems": skipped, "context_budget_from": budget, "delivery": delivery,
              "anchors": "llm" if llm is not None else "raw query (no LLM given)"}
     results = results_json(benchmark, k, conversations, runs, extra)
     if qa:

@@ -107,6 +107,7 @@ def _row(conv: BenchConversation, q: Any, outcome: QueryOutcome) -> Dict[str, An
         "retrieved": gold_ids(conv, outcome.ranking),
         "context_evidence_recall": evidence_recall(delivered, q.gold) if q.gold else None,
         "context_tokens": outcome.tokens,
+        "delivered_images": outcome.images,
         "retrieval_ms": outcome.retrieval_ms,
         "context": outcome.context,
     }
@@ -124,6 +125,7 @@ def score(run_: SystemRun, k: int) -> Dict[str, Any]:
         scored = [r["context_evidence_recall"] for r in rows if r["context_evidence_recall"] is not None]
         out["context_evidence_recall"] = statistics.fmean(scored) if scored else 0.0
         out["context_tokens_mean"] = statistics.fmean(r["context_tokens"] for r in rows) if rows else 0.0
+        out["delivered_images_mean"] = statistics.fmean(r["delivered_images"] for r in rows) if rows else 0.0
         return out
 
     latencies = [r["retrieval_ms"] for r in run_.rows]
@@ -157,7 +159,8 @@ def results_json(benchmark: str, k: int, conversations: Sequence[BenchConversati
     for name, run_ in runs.items():
         out[name] = score(run_, k)
         out[name]["per_question"] = [
-            {key: r[key] for key in ("qid", "category", "retrieved", "gold", "context_evidence_recall", "context_tokens")}
+            {key: r[key] for key in ("qid", "category", "retrieved", "gold", "context_evidence_recall", "context_tokens",
+                                     "delivered_images")}
             | {key: r[key] for key in ("judge", "f1", "answer") if key in r}
             for r in run_.rows
         ]

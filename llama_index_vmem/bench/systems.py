@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import logging
+from itertools import zip_longest
 import tempfile
 import time
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.base.llms.types import ImageBlock, TextBlock
 from llama_index.core.embeddings.multi_modal_base import MultiModalEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, TextNode
@@ -27,6 +29,7 @@ from llama_index.core.utils import get_tokenizer
 
 from .. import VMemIndex, VMemQueryBundle, delivery, schema
 from ..config import VMemConfig
+from ..delivery import Deliverer, DeliveryMode
 from ..postprocessor import BLOCK_ROUNDS, NeighborRoundPostprocessor
 from ..store import Collection
 from .data import BenchConversation, BenchQuestion
@@ -60,6 +63,8 @@ class QueryOutcome:
     delivered: List[str]
     context: str
     retrieval_ms: float
+    #: Images delivered as pixels (``--delivery pixels``).
+    images: int = 0
 
     @property
     def tokens(self) -> int:
@@ -116,6 +121,11 @@ class VMemSystem(BenchSystem):
             delivered = [k for b in blocks if not isinstance(b.node, ImageNode) for k in b.node.metadata[BLOCK_ROUNDS]]
         else:
             blocks, delivered = result.nodes, keys
+        if self.shared.delivery is DeliveryMode.PIXELS and result.plan.round_level:
+            content = Deliverer(index, DeliveryMode.PIXELS).deliver(blocks, bundle)
+            text = "".join(b.text for b in content if isinstance(b, TextBlock))
+            images = sum(isinstance(b, ImageBlock) for b in content)
+            return QueryOutcome(dedupe(keys), dedupe(delivered), text, elapsed, images)
         return QueryOutcome(dedupe(keys), dedupe(delivered), delivery.text_context(blocks), elapsed)
 
 
@@ -123,11 +133,13 @@ class VMemBuild:
     """One embedded store holding a memory per conversation (shared by the ablation rungs)."""
 
     def __init__(self, embed_model: BaseEmbedding, image_encoder: Optional[MultiModalEmbedding],
-                 llm: Optional[LLM] = None, config: Optional[VMemConfig] = None) -> None:
+                 llm: Optional[LLM] = None, config: Optional[VMemConfig] = None,
+                 delivery: DeliveryMode = DeliveryMode.TEXT) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="vmem-bench-")
         self.embed_model = embed_model
         self.image_encoder = image_encoder
         self.llm = llm
+        self.delivery = DeliveryMode(delivery)
         self.config = config or VMemConfig()
         self.indexes: Dict[str, VMemIndex] = {}
         self.retrievers: Dict[str, Any] = {}
@@ -201,6 +213,7 @@ class StockSystem(BenchSystem):
 
             index = MultiModalVectorStoreIndex(nodes, embed_model=self.embed_model, image_embed_model=self.image_encoder)
             return index.as_retriever(similarity_top_k=STOCK_POOL, image_similarity_top_k=STOCK_POOL)
+
         raise ValueError(f"unknown stock system {self.name!r}")
 
     def query(self, conv: BenchConversation, q: BenchQuestion, token_budget: Optional[int]) -> QueryOutcome:
@@ -209,11 +222,22 @@ class StockSystem(BenchSystem):
             text += "\nquestion's image:\nimage_caption: " + q.image_caption
         bundle = QueryBundle(text, image_path=str(q.image_path) if q.image_path else None)
         start = time.perf_counter()
-        hits = self.retrievers[conv.name].retrieve(bundle)
+        hits = self._hits(self.retrievers[conv.name], bundle)
         elapsed = (time.perf_counter() - start) * 1000
         ranking = dedupe(h.node.metadata[schema.ROUND_KEY] for h in hits)
         context, delivered = _fill(hits, token_budget)
         return QueryOutcome(ranking, delivered, context, elapsed)
+
+
+    def _hits(self, retriever: BaseRetriever, bundle: QueryBundle) -> List[NodeWithScore]:
+        """Stock multimodal: text retrieval, plus image-to-image when the query has an image (our
+        image encoders embed images, not text), merged by alternating ranks."""
+        if self.name != "stock-multimodal":
+            return retriever.retrieve(bundle)
+        text = retriever.text_retrieve(bundle)
+        images = retriever.image_to_image_retrieve(bundle.image_path) if bundle.image_path else []
+        merged = [h for pair in zip_longest(text, images) for h in pair if h is not None]
+        return list({h.node.node_id: h for h in reversed(merged)}.values())[::-1]
 
 
 def _bm25(nodes: List[TextNode]) -> BaseRetriever:

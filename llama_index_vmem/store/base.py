@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from .. import schema
 from ..encoders.bm25 import Sparse
 
-Vector = Union[List[float], Sparse]
+Vector = Union[List[float], List[List[float]], Sparse]
 
 
 class Collection(str, Enum):
@@ -83,10 +83,12 @@ class Hit:
 
 @dataclass(frozen=True)
 class LaneDims:
-    """Dense sizes fixed when the collections are created."""
+    """Vector layout fixed when the collections are created."""
 
     text: int
     visual: int
+    #: Also store a region multivector (whole image + tiles) per image.
+    regions: bool = False
 
 
 class LaneStore(abc.ABC):

@@ -137,8 +137,12 @@ def _config(collection: Collection, dims: LaneDims) -> qe.EdgeConfig:
     if collection is Collection.TEXT:
         return qe.EdgeConfig(vectors={schema.TEXT_DENSE: text}, sparse_vectors=sparse)
     if collection is Collection.IMAGE:
-        visual = qe.EdgeVectorParams(size=dims.visual, distance=qe.Distance.Cosine)
-        return qe.EdgeConfig(vectors={schema.TEXT_DENSE: text, schema.VISUAL: visual}, sparse_vectors=sparse)
+        vectors = {schema.TEXT_DENSE: text, schema.VISUAL: qe.EdgeVectorParams(size=dims.visual, distance=qe.Distance.Cosine)}
+        if dims.regions:
+            vectors[schema.VISUAL_REGIONS] = qe.EdgeVectorParams(
+                size=dims.visual, distance=qe.Distance.Cosine,
+                multivector_config=qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim))
+        return qe.EdgeConfig(vectors=vectors, sparse_vectors=sparse)
     # The round store holds payloads only; Edge requires at least one (unused) vector.
     return qe.EdgeConfig(sparse_vectors={"unused": qe.EdgeSparseVectorParams()})
 

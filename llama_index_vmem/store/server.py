@@ -108,7 +108,12 @@ def _dense_config(c: Collection, dims: LaneDims) -> Dict[str, models.VectorParam
     if c is Collection.TEXT:
         return {schema.TEXT_DENSE: text}
     if c is Collection.IMAGE:
-        return {schema.TEXT_DENSE: text, schema.VISUAL: models.VectorParams(size=dims.visual, distance=models.Distance.COSINE)}
+        vectors = {schema.TEXT_DENSE: text, schema.VISUAL: models.VectorParams(size=dims.visual, distance=models.Distance.COSINE)}
+        if dims.regions:
+            vectors[schema.VISUAL_REGIONS] = models.VectorParams(
+                size=dims.visual, distance=models.Distance.COSINE,
+                multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM))
+        return vectors
     return {}
 
 
