@@ -324,7 +324,11 @@ class VMemIndex:
         return tuple(self.embed_model.get_query_embedding(text))
 
     def encode_query_text(self, text: str) -> List[float]:
+        """Query embedding, cached: one question's signals (and a repeated question) embed it once."""
         return list(self._encode_query_text(text))
+
+    def clear_query_cache(self) -> None:
+        self._encode_query_text.cache_clear()
 
     def encode_query_image(self, image: str) -> List[float]:
         loaded = image_io.validate("query image", image_io.read_source("query image", **_image_source(image)))

@@ -112,6 +112,7 @@ class VMemSystem(BenchSystem):
         bundle = VMemQueryBundle(q.question, image_path=str(q.image_path) if q.image_path else None,
                                  image_caption=q.image_caption)
         retriever = self.shared.retrievers[conv.name]
+        index.clear_query_cache()  # rungs share one index: each must pay for its own query embedding
         start = time.perf_counter()
         result = retriever.retrieve_with_plan(bundle, **self.overrides)
         elapsed = (time.perf_counter() - start) * 1000
