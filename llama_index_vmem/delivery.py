@@ -25,6 +25,7 @@ from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, TextN
 from PIL import Image, ImageDraw, ImageFont
 
 from . import schema
+from .images import open_rgb
 from .postprocessor import BLOCK_MATCHED, BLOCK_ROUND_IDS
 
 if TYPE_CHECKING:
@@ -72,9 +73,8 @@ def label_image(source: Union[str, Path], label: str, cache_dir: Path, max_side:
     target = Path(cache_dir) / f"{digest}.png"
     if target.exists():
         return target
-    with Image.open(source) as img:
-        img = img.convert("RGB")
-        img.thumbnail((max_side, max_side))
+    img = open_rgb(source)
+    img.thumbnail((max_side, max_side))
     font, origin, box = _stamp(img.size, label)
     draw = ImageDraw.Draw(img)
     draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=(0, 0, 0))  # PIL's rectangle is inclusive

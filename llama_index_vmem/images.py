@@ -146,6 +146,13 @@ def save(image: LoadedImage, directory: Path) -> Path:
     return target
 
 
+def to_rgb(img: Image.Image) -> Image.Image:
+    """RGB, going through RGBA for palette images with transparency (as PIL recommends)."""
+    if img.mode == "P" and "transparency" in img.info:
+        img = img.convert("RGBA")
+    return img.convert("RGB")
+
+
 def region_crops(data: bytes, overlap: float = 0.2) -> List[bytes]:
     """The whole image, then 2x2 tiles that each cover (1 + overlap) / 2 of its width and height.
 
@@ -153,7 +160,7 @@ def region_crops(data: bytes, overlap: float = 0.2) -> List[bytes]:
     shows (DeliverMem's R1); they are PNG bytes ready for the image encoder.
     """
     with Image.open(io.BytesIO(data)) as img:
-        img = img.convert("RGB")
+        img = to_rgb(img)
     w, h = img.size
     tw, th = round(w * (1 + overlap) / 2), round(h * (1 + overlap) / 2)
     boxes = [(0, 0, tw, th), (w - tw, 0, w, th), (0, h - th, tw, h), (w - tw, h - th, w, h)]
@@ -165,6 +172,6 @@ def region_crops(data: bytes, overlap: float = 0.2) -> List[bytes]:
     return out
 
 
-def open_rgb(path: Union[str, os.PathLike]) -> Image.Image:
+def open_rgb(path: Union[str, os.PathLike, io.BytesIO]) -> Image.Image:
     with Image.open(path) as img:
-        return img.convert("RGB")
+        return to_rgb(img)
