@@ -1,6 +1,7 @@
 """llama-index-vmem: V-Mem modality-routed long-term memory of multimodal conversations."""
 
 from .config import VMemConfig
+from .delivery import DeliveryMode, DeliveryPostprocessor, ImageBudget
 from .encoders import EfficientNetImageEncoder, SiglipImageEncoder
 from .errors import VMemInputError
 from .index import VMemIndex
@@ -13,7 +14,10 @@ from .schema import VMemQueryBundle
 
 __all__ = [
     "Case",
+    "DeliveryMode",
+    "DeliveryPostprocessor",
     "EfficientNetImageEncoder",
+    "ImageBudget",
     "KeywordRules",
     "ModalityRouter",
     "NeighborRoundPostprocessor",

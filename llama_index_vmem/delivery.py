@@ -17,12 +17,14 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from llama_index.core.base.llms.types import ImageBlock, TextBlock
 from llama_index.core.llms import LLM
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, TextNode
 from PIL import Image, ImageDraw, ImageFont
+from pydantic import PrivateAttr
 
 from . import schema
 from .images import open_rgb
@@ -158,3 +160,36 @@ class Deliverer:
 
 def _member_ids(block: TextNode) -> List[str]:
     return list(block.metadata.get(BLOCK_ROUND_IDS, []))
+
+
+class DeliveryPostprocessor(BaseNodePostprocessor):
+    """The delivery stage as a node postprocessor, for LlamaIndex's own multimodal engines.
+
+    Put it after ``NeighborRoundPostprocessor`` in ``RetrieverQueryEngine.from_args(...,
+    multimodal=True, node_postprocessors=[...])`` or a ``MultiModalContextChatEngine``: runs of text
+    become ``TextNode``s and each delivered image an ``ImageNode`` pointing at its labelled copy, in
+    delivery order, so those engines send exactly what ``VMemQueryEngine`` would.
+    """
+
+    _deliverer: Deliverer = PrivateAttr()
+
+    def __init__(self, index: "VMemIndex", mode: DeliveryMode = DeliveryMode.PIXELS,
+                 budget: Optional[ImageBudget] = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._deliverer = Deliverer(index, mode, budget)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "DeliveryPostprocessor"
+
+    def _postprocess_nodes(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
+        score = max((n.score or 0.0 for n in nodes), default=0.0)
+        out: List[NodeWithScore] = []
+        for block in self._deliverer.deliver(nodes, query_bundle):
+            if isinstance(block, ImageBlock):
+                out.append(NodeWithScore(node=ImageNode(image_path=str(block.path)), score=score))
+            elif out and not isinstance(out[-1].node, ImageNode):
+                out[-1].node.text += block.text
+            else:
+                out.append(NodeWithScore(node=TextNode(text=block.text), score=score))
+        return out

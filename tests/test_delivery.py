@@ -106,3 +106,39 @@ def test_default_mode_follows_the_model(model, mode):
 
     assert default_mode(Named()) is mode
     assert default_mode(MockLLM()) is DeliveryMode.TEXT
+
+
+def test_stock_multimodal_query_engine_receives_the_labelled_images(make_index, photos, tmp_path):
+    from llama_index.core.query_engine import RetrieverQueryEngine
+
+    from llama_index_vmem import NeighborRoundPostprocessor
+    from llama_index_vmem.delivery import DeliveryPostprocessor
+
+    class ChatMock(MockLLMWithChatMemoryOfLastCall):
+        """Keeps every call: LlamaIndex's synthesizer may send the context in several calls."""
+
+        sent: list = []
+
+        @property
+        def metadata(self):
+            meta = super().metadata
+            meta.is_chat_model = True  # LlamaIndex's multimodal synthesis asks for a chat model
+            return meta
+
+        def chat(self, messages, **kwargs):
+            self.sent.extend(b for m in messages for b in m.blocks)
+            return super().chat(messages, **kwargs)
+
+    index = _memory(make_index, photos)
+    llm = ChatMock()
+    engine = RetrieverQueryEngine.from_args(
+        index.as_retriever(), llm=llm, multimodal=True,
+        node_postprocessors=[NeighborRoundPostprocessor(index), DeliveryPostprocessor(index, budget=ImageBudget(3, 200))])
+    engine.query("Which photo shows the rocket?")
+    images = [b for b in llm.sent if isinstance(b, ImageBlock)]
+    assert len(images) == 3
+    text = "".join(b.text for b in llm.sent if isinstance(b, TextBlock))
+    assert "[seen 2024-06-17, session D1, rounds D1:1 to D1:3]" in text and "[image D1:IMG_001]" in text
+    first = tmp_path / "first.png"
+    first.write_bytes(images[0].resolve_image(as_base64=False).read())  # LlamaIndex sends it inline
+    _assert_stamped(first, photos["rocket"], "D1:IMG_001", 200)
