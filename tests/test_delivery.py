@@ -29,6 +29,22 @@ def _memory(make_index, photos):
     return index
 
 
+class ChatMock(MockLLMWithChatMemoryOfLastCall):
+    """Keeps every call: LlamaIndex's synthesizer may send the context in several calls."""
+
+    sent: list = []
+
+    @property
+    def metadata(self):
+        meta = super().metadata
+        meta.is_chat_model = True  # LlamaIndex's multimodal synthesis asks for a chat model
+        return meta
+
+    def chat(self, messages, **kwargs):
+        self.sent.extend(b for m in messages for b in m.blocks)
+        return super().chat(messages, **kwargs)
+
+
 def _sent(llm):
     [message] = llm.last_chat_messages
     return message.blocks
@@ -114,21 +130,6 @@ def test_stock_multimodal_query_engine_receives_the_labelled_images(make_index, 
     from llama_index_vmem import NeighborRoundPostprocessor
     from llama_index_vmem.delivery import DeliveryPostprocessor
 
-    class ChatMock(MockLLMWithChatMemoryOfLastCall):
-        """Keeps every call: LlamaIndex's synthesizer may send the context in several calls."""
-
-        sent: list = []
-
-        @property
-        def metadata(self):
-            meta = super().metadata
-            meta.is_chat_model = True  # LlamaIndex's multimodal synthesis asks for a chat model
-            return meta
-
-        def chat(self, messages, **kwargs):
-            self.sent.extend(b for m in messages for b in m.blocks)
-            return super().chat(messages, **kwargs)
-
     index = _memory(make_index, photos)
     llm = ChatMock()
     engine = RetrieverQueryEngine.from_args(
@@ -142,3 +143,20 @@ def test_stock_multimodal_query_engine_receives_the_labelled_images(make_index, 
     first = tmp_path / "first.png"
     first.write_bytes(images[0].resolve_image(as_base64=False).read())  # LlamaIndex sends it inline
     _assert_stamped(first, photos["rocket"], "D1:IMG_001", 200)
+
+
+def test_multimodal_context_chat_engine_receives_the_labelled_images(make_index, photos, tmp_path):
+    from llama_index.core.chat_engine import MultiModalContextChatEngine
+
+    from llama_index_vmem import NeighborRoundPostprocessor
+    from llama_index_vmem.delivery import DeliveryPostprocessor
+
+    index = _memory(make_index, photos)
+    llm = ChatMock()
+    chat = MultiModalContextChatEngine.from_defaults(
+        retriever=index.as_retriever(), multi_modal_llm=llm,
+        node_postprocessors=[NeighborRoundPostprocessor(index), DeliveryPostprocessor(index, budget=ImageBudget(2, 200))])
+    chat.chat("Which photo shows the rocket?")
+    images = [b for b in llm.sent if isinstance(b, ImageBlock)]
+    assert len(images) == 2
+    assert "[image D1:IMG_001]" in "".join(b.text for b in llm.sent if isinstance(b, TextBlock))
