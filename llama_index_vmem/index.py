@@ -296,7 +296,7 @@ class VMemIndex:
             else:
                 for u, v in zip(pixels, self._embed_images(blobs), strict=True):
                     vectors[u.node_id][schema.VISUAL] = v
-        make = lambda u: PointData(u.node_id, schema.unit_to_payload(u), vectors[u.node_id])  # noqa: E731
+        make = lambda u: PointData(u.node_id, schema.node_to_payload(u), vectors[u.node_id])  # noqa: E731
         return [make(u) for u in texts], [make(u) for u in imgs]
 
     def _embed_texts(self, texts: List[str]) -> List[List[float]]:
@@ -405,7 +405,7 @@ def _check_memory_id(memory_id: Any) -> None:
 
 
 def _round_payload(p: ParsedRound) -> Dict[str, Any]:
-    payload = schema.round_to_payload(p.round_node)
+    payload = schema.node_to_payload(p.round_node)
     prev = p.round_node.relationships.get(NodeRelationship.PREVIOUS)
     payload[schema.PREV_ROUND_ID] = prev.node_id if prev is not None else None
     return payload

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -53,7 +53,6 @@ class RetrievalResult:
     #: Best stored image under the visual signal, if that signal ran and found one.
     visual_match: Optional[Hit] = None
     filter_fallback: bool = False
-    explain: Dict[str, Any] = field(default_factory=dict)
 
 
 class VMemRetriever(BaseRetriever):

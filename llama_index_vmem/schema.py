@@ -79,8 +79,8 @@ def unit_id(memory_id: str, round_key: str, index: int) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"{memory_id}\x00{round_key}\x00{index}"))
 
 
-def unit_to_payload(node: TextNode) -> Dict[str, Any]:
-    """The payload a unit node is stored with (its vectors are added by the store)."""
+def node_to_payload(node: TextNode) -> Dict[str, Any]:
+    """The payload a round or unit node is stored with (a unit's vectors are added by the store)."""
     payload = dict(node.metadata)
     payload[TEXT] = node.text
     return payload
@@ -103,12 +103,6 @@ def unit_from_payload(point_id: str, payload: Dict[str, Any]) -> TextNode:
     node.excluded_embed_metadata_keys = list(metadata)
     node.excluded_llm_metadata_keys = list(metadata)
     return node
-
-
-def round_to_payload(node: TextNode) -> Dict[str, Any]:
-    payload = dict(node.metadata)
-    payload[TEXT] = node.text
-    return payload
 
 
 def round_from_payload(point_id: str, payload: Dict[str, Any]) -> TextNode:

@@ -120,7 +120,3 @@ class LaneStore(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None: ...
-
-    def retrieve_rounds(self, scope: Scope) -> List[Hit]:
-        """Round records in scope, ordered by ``seq``."""
-        return self.scroll(Collection.ROUNDS, scope)
