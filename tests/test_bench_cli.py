@@ -107,3 +107,23 @@ def test_pixels_mode_runs_stock_multimodal_and_counts_delivered_images(tmp_path,
     assert results["vmem"]["overall"]["delivered_images_mean"] > 0
     assert results["vmem"]["per_category"]["TTL"]["hit@k"] == 1.0  # the query photo matches the stored one
     assert results["stock-multimodal"]["overall"]["n"] == 2
+
+
+def test_stock_context_at_round_granularity_fills_whole_rounds_to_the_budget():
+    from llama_index_vmem.bench.data import BenchConversation, BenchRound
+    from llama_index_vmem.bench.systems import _fill_rounds, count_tokens
+
+    rounds = [BenchRound(f"D1:{i}", "D1", "", "word " * 10 * i, "ok") for i in range(1, 5)]
+    conv = BenchConversation("c", "memgallery", rounds, [], "caption")
+    size = {r.key: count_tokens("\n".join([r.user, r.assistant])) for r in rounds}
+    budget = size["D1:3"] + 1
+    assert _fill_rounds(conv, ["D1:3", "D1:1", "D1:4", "D1:2"], budget) == ["D1:3", "D1:1"]
+    assert _fill_rounds(conv, ["D1:2"], None) == ["D1:2"]
+
+
+def test_results_report_both_context_granularities(memgallery_run):
+    _, results, _ = memgallery_run
+    for name in ("vmem", "stock-dense"):
+        value = results[name]["overall"]["context_evidence_recall_rounds"]
+        assert value is not None and 0.0 <= value <= 1.0
+    assert results["vmem"]["overall"]["context_evidence_recall_rounds"] == results["vmem"]["overall"]["context_evidence_recall"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List
 
-QUALITY = ("hit@k", "recall@k", "precision@k", "context_evidence_recall", "context_tokens_mean", "delivered_images_mean")
+QUALITY = ("hit@k", "recall@k", "precision@k", "context_evidence_recall", "context_evidence_recall_rounds",
+           "context_tokens_mean", "delivered_images_mean")
 COST = ("build_seconds", "units_per_second", "build_llm_tokens", "query_ms_p50", "query_ms_p95", "peak_rss_mb")
 QA = ("judge", "f1", "bleu1", "em", "locomo_f1")
 

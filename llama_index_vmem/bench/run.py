@@ -106,6 +106,8 @@ def _row(conv: BenchConversation, q: Any, outcome: QueryOutcome) -> Dict[str, An
         "gold": q.gold,
         "retrieved": gold_ids(conv, outcome.ranking),
         "context_evidence_recall": evidence_recall(delivered, q.gold) if q.gold else None,
+        "context_evidence_recall_rounds": evidence_recall(gold_ids(conv, outcome.delivered_as_rounds), q.gold)
+        if q.gold and outcome.delivered_as_rounds is not None else None,
         "context_tokens": outcome.tokens,
         "delivered_images": outcome.images,
         "retrieval_ms": outcome.retrieval_ms,
@@ -122,8 +124,9 @@ def score(run_: SystemRun, k: int) -> Dict[str, Any]:
         # a category whose questions all have an empty gold set has nothing to score (null, n = 0)
         unscored = {"precision@k": None, "recall@k": None, "hit@k": None, "n": 0}
         out = unscored | {rename.get(m, m): v for m, v in table.get(key, {}).items()}
-        scored = [r["context_evidence_recall"] for r in rows if r["context_evidence_recall"] is not None]
-        out["context_evidence_recall"] = statistics.fmean(scored) if scored else 0.0
+        for metric in ("context_evidence_recall", "context_evidence_recall_rounds"):
+            scored = [r[metric] for r in rows if r[metric] is not None]
+            out[metric] = statistics.fmean(scored) if scored else None
         out["context_tokens_mean"] = statistics.fmean(r["context_tokens"] for r in rows) if rows else 0.0
         out["delivered_images_mean"] = statistics.fmean(r["delivered_images"] for r in rows) if rows else 0.0
         return out

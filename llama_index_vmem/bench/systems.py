@@ -65,6 +65,8 @@ class QueryOutcome:
     retrieval_ms: float
     #: Images delivered as pixels (``--delivery pixels``).
     images: int = 0
+    #: Round keys of the same-size context filled with whole rounds in ranking order (equal granularity).
+    delivered_as_rounds: Optional[List[str]] = None
 
     @property
     def tokens(self) -> int:
@@ -126,8 +128,9 @@ class VMemSystem(BenchSystem):
             content = Deliverer(index, DeliveryMode.PIXELS).deliver(blocks, bundle)
             text = "".join(b.text for b in content if isinstance(b, TextBlock))
             images = sum(isinstance(b, ImageBlock) for b in content)
-            return QueryOutcome(dedupe(keys), dedupe(delivered), text, elapsed, images)
-        return QueryOutcome(dedupe(keys), dedupe(delivered), delivery.text_context(blocks), elapsed)
+            return QueryOutcome(dedupe(keys), dedupe(delivered), text, elapsed, images, dedupe(delivered))
+        return QueryOutcome(dedupe(keys), dedupe(delivered), delivery.text_context(blocks), elapsed,
+                            delivered_as_rounds=dedupe(delivered))
 
 
 class VMemBuild:
@@ -227,7 +230,7 @@ class StockSystem(BenchSystem):
         elapsed = (time.perf_counter() - start) * 1000
         ranking = dedupe(h.node.metadata[schema.ROUND_KEY] for h in hits)
         context, delivered = _fill(hits, token_budget)
-        return QueryOutcome(ranking, delivered, context, elapsed)
+        return QueryOutcome(ranking, delivered, context, elapsed, delivered_as_rounds=_fill_rounds(conv, ranking, token_budget))
 
 
     def _hits(self, retriever: BaseRetriever, bundle: QueryBundle) -> List[NodeWithScore]:
@@ -239,6 +242,19 @@ class StockSystem(BenchSystem):
         images = retriever.image_to_image_retrieve(bundle.image_path) if bundle.image_path else []
         merged = [h for pair in zip_longest(text, images) for h in pair if h is not None]
         return list({h.node.node_id: h for h in reversed(merged)}.values())[::-1]
+
+
+def _fill_rounds(conv: BenchConversation, ranking: List[str], budget: Optional[int]) -> List[str]:
+    """Whole rounds in rank order until ``budget`` tokens: the stock ranking at V-Mem's granularity."""
+    texts = {r.key: "\n".join([r.user, r.assistant, *(i.caption for i in r.images)]) for r in conv.rounds}
+    keys: List[str] = []
+    used = 0
+    for key in ranking:
+        if budget is not None and used >= budget:
+            break
+        keys.append(key)
+        used += count_tokens(texts[key])
+    return keys
 
 
 def _bm25(nodes: List[TextNode]) -> BaseRetriever:
