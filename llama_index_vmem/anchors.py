@@ -27,6 +27,7 @@ from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import QueryBundle
 from pydantic import PrivateAttr
 
+from .images import is_url
 from .prompts import ENRICHED_ANCHOR_PROMPT, HYPO_CAPTION_PROMPT
 
 
@@ -125,7 +126,7 @@ def parse_keywords(reply: str) -> List[str]:
 
 
 def _image_block(image_path: str) -> ImageBlock:
-    if re.match(r"^[a-z][a-z0-9+.-]*://", image_path, re.IGNORECASE):
+    if is_url(image_path):
         return ImageBlock(url=image_path)
     return ImageBlock(path=Path(image_path))
 

@@ -11,6 +11,7 @@ import base64
 import hashlib
 import io
 import os
+import re
 import urllib.parse
 import urllib.request
 import warnings
@@ -105,6 +106,11 @@ def _read_url(item: str, url: str) -> bytes:
     if len(raw) > MAX_IMAGE_BYTES:
         raise VMemInputError(item, f"{url} is over the {MAX_IMAGE_BYTES}-byte limit")
     return raw
+
+
+def is_url(image: str) -> bool:
+    """A URL (``scheme:...``) rather than a local path; an existing file always counts as a path."""
+    return bool(re.match(r"^[a-z][a-z0-9+.-]*:", image, re.IGNORECASE)) and not Path(image).exists()
 
 
 def validate(item: str, data: bytes) -> LoadedImage:

@@ -420,7 +420,5 @@ def _round_node(hit: Any) -> TextNode:
 
 
 def _image_source(image: str) -> Dict[str, str]:
-    import re
-
-    return {"url": image} if re.match(r"^[a-z][a-z0-9+.-]*:", image, re.IGNORECASE) and not Path(image).exists() else {"path": image}
+    return {"url": image} if image_io.is_url(image) else {"path": image}
 

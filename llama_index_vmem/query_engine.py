@@ -71,14 +71,14 @@ class VMemQueryEngine(BaseQueryEngine):
                  nodes: List[NodeWithScore]) -> List[ContentBlock]:
         """The prompt's text around the delivered blocks (and the attached-image note), as one message."""
         context: List[ContentBlock] = self.deliverer.deliver(nodes, query_bundle)
-        if query_bundle.image_path or getattr(query_bundle, "image_caption", None):
+        if query_bundle.image_path or schema.query_image_caption(query_bundle):
             context.append(TextBlock(text=f"\n\n{self._image_note(query_bundle, result)}"))
         sentinel = "\x00vmem-context\x00"
         before, found, after = prompt.format(context=sentinel, question=query_bundle.query_str).partition(sentinel)
         return _merge_text([TextBlock(text=before), *context, TextBlock(text=after)] if found else [TextBlock(text=before)])
 
     def _image_note(self, query_bundle: QueryBundle, result: RetrievalResult) -> str:
-        caption = getattr(query_bundle, "image_caption", None) or _NO_DESCRIPTION
+        caption = schema.query_image_caption(query_bundle) or _NO_DESCRIPTION
         match = result.visual_match
         if match is None:
             return self._prompts["image_note_prompt"].format(query_caption=caption)

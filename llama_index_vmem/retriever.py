@@ -132,7 +132,7 @@ class VMemRetriever(BaseRetriever):
         if anchor is Anchor.ENRICHED:
             if query.image_path and self.enriched_anchor is not None:
                 return self._transform(self.enriched_anchor, query)
-            caption = getattr(query, "image_caption", None)
+            caption = schema.query_image_caption(query)
             why = "no LLM" if query.image_path else "attached image has no pixels"
             if caption:  # the image's caption stands in for the keywords a vision LLM would read off it
                 return AnchorValue(f"{query.query_str} {caption}", f"raw query + attached image caption ({why})")
@@ -140,7 +140,7 @@ class VMemRetriever(BaseRetriever):
         if anchor is Anchor.QUERY_IMAGE:
             return AnchorValue(str(query.image_path), "attached image")
         if anchor is Anchor.QUERY_IMAGE_CAPTION:
-            return AnchorValue(getattr(query, "image_caption", None) or query.query_str, "attached image caption")
+            return AnchorValue(schema.query_image_caption(query) or query.query_str, "attached image caption")
         return AnchorValue(query.query_str, "raw query")
 
     @staticmethod

@@ -142,7 +142,7 @@ class ModalityRouter:
     def route(self, query: QueryBundle, config: VMemConfig) -> RoutePlan:
         question = query.query_str
         has_pixels = bool(query.image_path)
-        has_image = has_pixels or bool(getattr(query, "image_caption", None))  # VMemQueryBundle
+        has_image = has_pixels or bool(schema.query_image_caption(query))
         wants_image = self.target_is_image(question)
         counting = bool(self.rules.count_images.search(question))
         aggregation = config.aggregation_enabled and bool(self.rules.aggregation.search(question))

@@ -139,3 +139,8 @@ class VMemQueryBundle(QueryBundle):
     """
 
     image_caption: Optional[str] = None
+
+
+def query_image_caption(query: QueryBundle) -> Optional[str]:
+    """The attached image's caption, for any ``QueryBundle`` (only ``VMemQueryBundle`` carries one)."""
+    return getattr(query, "image_caption", None) or None
