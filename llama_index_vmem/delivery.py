@@ -134,6 +134,7 @@ class Deliverer:
             out.append(TextBlock(text=f"\n[not shown to keep within the image budget of {self.budget.max_images}: "
                                       f"{', '.join(dropped)}]"))
         if query is not None and query.image_path:
+            self.index.image_fence.check("query image", query.image_path)
             out.append(TextBlock(text=f"\n[attached image: the user's {ATTACHMENT_LABEL} picture]"))
             out.append(ImageBlock(path=label_image(query.image_path, ATTACHMENT_LABEL, self.cache_dir, self.budget.max_side)))
         return out

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Mapping, Sequence, Set
 
 from . import schema
-from .store.base import Hit
+from .store.base import Hit, hit_order
 
 
 @dataclass
@@ -41,7 +41,7 @@ def rank_rounds(hits: Iterable[Hit], key: Callable[[Hit], str] = round_of) -> Li
         k = key(hit)
         if k not in best or hit.score > best[k].score:
             best[k] = hit
-    return sorted(best.values(), key=lambda h: (-h.score, h.payload.get(schema.SEQ, 0)))
+    return sorted(best.values(), key=hit_order)
 
 
 def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], str] = round_of) -> List[Fused]:

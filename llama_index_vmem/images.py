@@ -49,12 +49,28 @@ class LoadedImage:
         return {"JPEG": "jpg"}.get(self.format, self.format.lower())
 
 
+@dataclass(frozen=True)
+class Fence:
+    """Memories of one store keep their images in sibling folders under ``root``; a memory may
+    read files anywhere except another memory's folder, so a crafted path cannot copy or deliver
+    another tenant's pictures."""
+
+    root: Path
+    own: Path
+
+    def check(self, item: str, path: Union[str, os.PathLike]) -> None:
+        resolved = Path(path).resolve()
+        if resolved.is_relative_to(self.root.resolve()) and not resolved.is_relative_to(self.own.resolve()):
+            raise VMemInputError(item, f"{path} is in another memory's image folder")
+
+
 def read_source(
     item: str,
     *,
     path: Optional[Union[str, os.PathLike]] = None,
     data: Optional[bytes] = None,
     url: Optional[str] = None,
+    fence: Optional[Fence] = None,
 ) -> bytes:
     """Raw bytes from exactly one of a path, bytes or a URL (http, https, file, data)."""
     given = [x for x in (path, data, url) if x is not None]
@@ -67,11 +83,13 @@ def read_source(
     if path is not None:
         if not isinstance(path, (str, os.PathLike)):
             raise VMemInputError(item, f"image path must be a str or path, got {type(path).__name__}")
-        return _read_file(item, Path(path))
-    return _read_url(item, str(url))
+        return _read_file(item, Path(path), fence)
+    return _read_url(item, str(url), fence)
 
 
-def _read_file(item: str, path: Path) -> bytes:
+def _read_file(item: str, path: Path, fence: Optional[Fence]) -> bytes:
+    if fence is not None:
+        fence.check(item, path)
     try:
         size = path.stat().st_size
         if size > MAX_IMAGE_BYTES:
@@ -85,12 +103,12 @@ def _read_file(item: str, path: Path) -> bytes:
         raise VMemInputError(item, f"cannot read image file {path}: {exc}") from None
 
 
-def _read_url(item: str, url: str) -> bytes:
+def _read_url(item: str, url: str, fence: Optional[Fence]) -> bytes:
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     if scheme not in URL_SCHEMES:
         raise VMemInputError(item, f"unsupported URL scheme {scheme!r} (allowed: {', '.join(URL_SCHEMES)})")
     if scheme == "file":
-        return _read_file(item, Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)))
+        return _read_file(item, Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)), fence)
     if scheme == "data":
         header, _, payload = url.partition(",")
         try:

@@ -24,11 +24,13 @@ from llama_index.core.llms import LLM
 from llama_index.core.schema import ImageNode, NodeRelationship, RelatedNodeInfo, TextNode
 from tqdm.auto import tqdm
 
+from . import archive, lifecycle
 from . import images as image_io
 from . import schema
 from .config import VMemConfig
 from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedding, image_encoder_id
 from .errors import VMemInputError
+from .lifecycle import Selection, StoredRound, TimeLike
 from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, round_input_from_dict
 from .store import Collection, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
 
@@ -75,11 +77,14 @@ class VMemIndex:
         self.region_tiles = region_tiles
         self.bm25 = Bm25Encoder()
         self.image_dir = Path(image_dir) / hashlib.sha256(memory_id.encode()).hexdigest()[:16]
+        self.image_fence = image_io.Fence(self.image_dir.parent, self.image_dir)
         self._parser = RoundNodeParser(memory_id=memory_id, image_dir=str(self.image_dir), transcriber=transcriber)
         self._tempdir = owns_tempdir
         self._closed = False
         self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
-        store.ensure_collections(self._dims(), self._manifest())
+        store.ensure_collections(self._dims(), self.manifest())
+        with _write_lock(store, memory_id):
+            self._sweep_unfinished(store.max_seq(self.scope()))
 
     @classmethod
     def from_defaults(
@@ -113,11 +118,12 @@ class VMemIndex:
         _check_memory_id(memory_id)
         tmp = None
         if client is not None or url is not None:
+            owns_client = client is None
             if client is None:
                 from qdrant_client import QdrantClient
 
                 client = QdrantClient(url=url, api_key=api_key)
-            store: LaneStore = ServerLaneStore(client, prefix=collection_prefix)
+            store: LaneStore = ServerLaneStore(client, prefix=collection_prefix, owns_client=owns_client)
             if image_dir is None:
                 if path is None:
                     tmp = tempfile.TemporaryDirectory(prefix="vmem-")
@@ -158,7 +164,7 @@ class VMemIndex:
             probe.unlink()
         return LaneDims(text=text_dim, visual=int(visual_dim), regions=self.region_tiles)
 
-    def _manifest(self) -> Dict[str, Any]:
+    def manifest(self) -> Dict[str, Any]:
         return {
             "format": 1,
             "text_encoder": f"{self.embed_model.class_name()}:{getattr(self.embed_model, 'model_name', '')}",
@@ -214,13 +220,11 @@ class VMemIndex:
     def _commit(self, inputs: List[RoundInput]) -> List[TextNode]:
         with _write_lock(self.store, self.memory_id):
             last = self.store.max_seq(self.scope())
+            self._sweep_unfinished(last)
             parsed = self._parser.parse_rounds(self._with_default_keys(inputs), first_seq=last + 1)
             self._reject_existing(parsed)
             text_points, image_points = self._encode(parsed)
-            if last and parsed:
-                prev = self.store.scroll(Collection.ROUNDS, self.scope(seq_range=(last, last)))
-                if prev:
-                    parsed[0].round_node.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=prev[0].id)
+            self._link_to_stored(parsed)
             round_points = [PointData(p.round_node.node_id, _round_payload(p)) for p in parsed]
             written: List[Path] = []
             try:
@@ -236,6 +240,26 @@ class VMemIndex:
                 raise
         logger.info("memory %s: added %d rounds", self.memory_id, len(parsed))
         return [p.round_node for p in parsed]
+
+    def _link_to_stored(self, parsed: List[ParsedRound]) -> None:
+        """Link each session's first new round to that session's last stored round.
+
+        Links stay within a session, so rounds of two sessions written in turn (or by two
+        threads at once) still chain their own conversation.
+        """
+        for p in parsed:
+            if NodeRelationship.PREVIOUS in p.round_node.relationships:
+                continue
+            scope = self.scope(session_id=p.session_id)
+            last = self.store.max_seq(scope)
+            before = self.store.scroll(Collection.ROUNDS, replace(scope, seq_range=(last, last))) if last else []
+            if before:
+                p.round_node.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=before[0].id)
+
+    def _sweep_unfinished(self, last: int) -> None:
+        """Drop units past the last whole round: a process killed mid-write left them roundless."""
+        for collection in (Collection.TEXT, Collection.IMAGE):
+            self.store.delete(collection, self.scope(seq_range=(last + 1, 2**62)))
 
     def _with_default_keys(self, inputs: List[RoundInput]) -> List[RoundInput]:
         """Rounds without a key are numbered within their session (``D2:1``, ``D2:2``, ...),
@@ -331,7 +355,8 @@ class VMemIndex:
         self._encode_query_text.cache_clear()
 
     def encode_query_image(self, image: str) -> List[float]:
-        loaded = image_io.validate("query image", image_io.read_source("query image", **_image_source(image)))
+        loaded = image_io.validate("query image", image_io.read_source("query image", **_image_source(image),
+                                                                       fence=self.image_fence))
         import io
 
         return self.image_encoder.get_image_embedding(io.BytesIO(loaded.data))
@@ -339,10 +364,11 @@ class VMemIndex:
     def get_rounds(self, round_ids: Iterable[str]) -> Dict[str, TextNode]:
         """Round nodes by id (ids of other memories are simply not found)."""
         hits = self.store.scroll(Collection.ROUNDS, self.scope(round_ids=tuple(round_ids)))
-        return {h.id: _round_node(h) for h in hits}
+        return {h.id: schema.round_from_payload(h.id, h.payload) for h in hits}
 
-    def rounds_by_seqs(self, seqs: Sequence[int]) -> List[TextNode]:
-        return [_round_node(h) for h in self.store.scroll(Collection.ROUNDS, self.scope(seqs=tuple(seqs)))]
+    def rounds_after(self, round_ids: Iterable[str]) -> List[TextNode]:
+        """The rounds stored directly after these (their previous-round link points at one of them)."""
+        return [schema.round_from_payload(h.id, h.payload) for h in self.store.scroll(Collection.ROUNDS, self.scope(prev_round_ids=tuple(round_ids)))]
 
     def images_near(self, rounds: Sequence[TextNode], window: int) -> Dict[str, List[ImageNode]]:
         """Each round's own images, or, for a round without one, the images within ``window`` rounds."""
@@ -358,6 +384,54 @@ class VMemIndex:
             own = by_seq.get(s, [])
             out[r.node_id] = own or [img for d in range(1, window + 1) for n in (s - d, s + d) for img in by_seq.get(n, [])]
         return out
+
+    # -- the life of a memory -----------------------------------------------------------------
+
+    def rounds(self, round_keys: Optional[Sequence[str]] = None, *, session_id: Optional[str] = None,
+               since: Optional[TimeLike] = None, until: Optional[TimeLike] = None,
+               offset: int = 0, limit: int = 100) -> List[StoredRound]:
+        """The memory's rounds in conversation order, each with its units, a page at a time.
+
+        Filters combine: round keys, a session, a time range ``since <= timestamp < until``.
+        """
+        return lifecycle.list_rounds(self, Selection(round_keys, session_id, since, until), offset, limit)
+
+    def forget(self, round_keys: Optional[Sequence[str]] = None, *, session_id: Optional[str] = None,
+               since: Optional[TimeLike] = None, until: Optional[TimeLike] = None) -> int:
+        """Forget rounds (by key, session and/or time range, combined) everywhere; all or nothing.
+
+        Returns how many rounds were forgotten. Forgetting the whole memory is ``forget_all()``,
+        so a call with no filter never empties a memory by accident.
+        """
+        selection = Selection(round_keys, session_id, since, until)
+        if selection.is_everything:
+            raise VMemInputError("forget", "name round keys, a session or a time range; forget_all() forgets everything")
+        with _write_lock(self.store, self.memory_id):
+            return lifecycle.forget(self, selection)
+
+    def forget_all(self) -> int:
+        """Forget the whole memory: every point, saved image and delivered copy."""
+        with _write_lock(self.store, self.memory_id):
+            return lifecycle.forget(self, Selection())
+
+    def export_archive(self, path: Union[str, Path]) -> Path:
+        """Write this memory (points with vectors, and images) to a portable zip archive."""
+        with _write_lock(self.store, self.memory_id):
+            return archive.export_memory(self, path)
+
+    @classmethod
+    def from_archive(cls, archive_path: Union[str, Path], /, memory_id: Optional[str] = None, **store_kwargs: Any) -> "VMemIndex":
+        """Open a memory (``from_defaults(**store_kwargs)``: any store or backend) and load an
+        archive into it. The memory must be empty; ``memory_id`` defaults to the archived one."""
+        data = archive.read_archive(archive_path)
+        index = cls.from_defaults(memory_id=memory_id or data.memory_id, **store_kwargs)
+        try:
+            with _write_lock(index.store, index.memory_id):
+                archive.import_memory(index, data)
+        except BaseException:
+            index.close()
+            raise
+        return index
 
     def __len__(self) -> int:
         return self.store.count(Collection.ROUNDS, self.scope())
@@ -409,14 +483,6 @@ def _round_payload(p: ParsedRound) -> Dict[str, Any]:
     prev = p.round_node.relationships.get(NodeRelationship.PREVIOUS)
     payload[schema.PREV_ROUND_ID] = prev.node_id if prev is not None else None
     return payload
-
-
-def _round_node(hit: Any) -> TextNode:
-    node = schema.round_from_payload(hit.id, hit.payload)
-    prev = hit.payload.get(schema.PREV_ROUND_ID)
-    if prev:
-        node.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=prev)
-    return node
 
 
 def _image_source(image: str) -> Dict[str, str]:

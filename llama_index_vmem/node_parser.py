@@ -73,6 +73,10 @@ class ParsedRound:
     def round_key(self) -> str:
         return self.round_node.metadata[schema.ROUND_KEY]
 
+    @property
+    def session_id(self) -> Optional[str]:
+        return self.round_node.metadata.get(schema.SESSION_ID)
+
 
 def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
     """``{user, assistant, images: [{image_id, path|bytes|url, caption, role}], audio, session_id, timestamp, round_key}``.
@@ -162,15 +166,19 @@ class RoundNodeParser(NodeParser):
     # -- public entry points ------------------------------------------------------------------
 
     def parse_rounds(self, rounds: Sequence[RoundInput], first_seq: int = 1) -> List[ParsedRound]:
-        """Parse rounds numbered from ``first_seq`` and link them in order."""
+        """Parse rounds numbered from ``first_seq``; each round links to the one before it in its session."""
         parsed = [self._parse_round(r, first_seq + i) for i, r in enumerate(rounds)]
         keys = [p.round_key for p in parsed]
         duplicates = {k for k in keys if keys.count(k) > 1}
         if duplicates:
             raise VMemInputError(f"round {sorted(duplicates)[0]}", "duplicate round key in this call")
-        for prev, nxt in zip(parsed, parsed[1:]):
-            prev.round_node.relationships[NodeRelationship.NEXT] = RelatedNodeInfo(node_id=nxt.round_node.node_id)
-            nxt.round_node.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=prev.round_node.node_id)
+        last: Dict[Optional[str], ParsedRound] = {}
+        for nxt in parsed:
+            prev = last.get(nxt.session_id)
+            if prev is not None:
+                prev.round_node.relationships[NodeRelationship.NEXT] = RelatedNodeInfo(node_id=nxt.round_node.node_id)
+                nxt.round_node.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=prev.round_node.node_id)
+            last[nxt.session_id] = nxt
         return parsed
 
     def rounds_from_messages(
@@ -307,7 +315,8 @@ class RoundNodeParser(NodeParser):
             if img.has_pixels:
                 loaded = images.validate(
                     f"{item} image {image_id}",
-                    images.read_source(f"{item} image {image_id}", path=img.path, data=img.data, url=img.url),
+                    images.read_source(f"{item} image {image_id}", path=img.path, data=img.data, url=img.url,
+                                       fence=self._fence()),
                 )
                 path = self._image_path(loaded)
                 pending[path] = loaded
@@ -341,6 +350,9 @@ class RoundNodeParser(NodeParser):
         for u in units:
             u.relationships[NodeRelationship.PARENT] = RelatedNodeInfo(node_id=rid)
         return ParsedRound(round_node=round_node, units=units, pending_images=pending)
+
+    def _fence(self) -> Optional[images.Fence]:
+        return images.Fence(Path(self.image_dir).parent, Path(self.image_dir)) if self.image_dir else None
 
     def _image_path(self, loaded: images.LoadedImage) -> Path:
         if self.image_dir is None:

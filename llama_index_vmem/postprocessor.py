@@ -6,7 +6,7 @@ recall). Aggregation questions skip this step; the router sets their window to 0
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
@@ -46,53 +46,56 @@ class NeighborRoundPostprocessor(BaseNodePostprocessor):
         current = None
         for n in nodes:
             if schema.UNIT_IDS in n.node.metadata:
-                current = n.node.metadata[schema.SEQ]
+                current = n.node.node_id
             elif current is not None:
                 images.setdefault(current, []).append(n)
         window = self.window if self.window is not None else rounds[0].node.metadata.get(EXPLAIN_KEY, {}).get("neighbor_window", 1)
-        by_seq = {r.node.metadata[schema.SEQ]: r for r in rounds}
-        known = {s: r.node for s, r in by_seq.items()}
-        if window > 0:
-            wanted = {s + d for s in by_seq for d in range(-window, window + 1) if s + d >= 1} - set(by_seq)
-            known.update((n.metadata[schema.SEQ], n) for n in self._index.rounds_by_seqs(sorted(wanted)))
+        matched = {r.node.node_id: r for r in rounds}
         out: List[NodeWithScore] = []
-        for lo, hi in _session_spans(by_seq, known, window):
-            members = [known[s] for s in range(lo, hi + 1) if s in known]
-            matched = [s for s in range(lo, hi + 1) if s in by_seq]
-            block = _block_node(members, [by_seq[s].node for s in matched])
-            out.append(NodeWithScore(node=block, score=max(by_seq[s].score or 0.0 for s in matched)))
-            for s in matched:
-                out.extend(images.get(s, []))
+        for chain in _chains(_with_neighbours(self._index, [r.node for r in rounds], window)):
+            hits = [matched[n.node_id] for n in chain if n.node_id in matched]
+            out.append(NodeWithScore(node=_block_node(chain, [h.node for h in hits]), score=max(h.score or 0.0 for h in hits)))
+            for h in hits:
+                out.extend(images.get(h.node.node_id, []))
         return out
 
 
-def _session_spans(matched: Dict[int, Any], known: Dict[int, TextNode], window: int) -> List[Tuple[int, int]]:
-    """Each matched round widened by up to ``window`` rounds of its own session, merged, in order.
+def _with_neighbours(index: "VMemIndex", matched: List[TextNode], window: int) -> Dict[str, TextNode]:
+    """The matched rounds and up to ``window`` rounds either side of each, within its session.
 
-    A neighbour from another session is another day's conversation, not a continuation of the topic.
+    Neighbours follow the stored previous-round links (which ``forget`` keeps joined), so a gap
+    left by a forgotten round is closed rather than ending the block. A neighbour from another
+    session is another day's conversation, not a continuation of the topic.
     """
-    by_session: Dict[Any, List[Tuple[int, int]]] = {}
-    for s in matched:
-        session = known[s].metadata.get(schema.SESSION_ID)
-        same = lambda n: n in known and known[n].metadata.get(schema.SESSION_ID) == session  # noqa: E731
-        lo = hi = s
-        while lo > s - window and same(lo - 1):
-            lo -= 1
-        while hi < s + window and same(hi + 1):
-            hi += 1
-        by_session.setdefault(session, []).append((lo, hi))
-    return sorted(span for spans in by_session.values() for span in merge_spans(spans))
+    known = {n.node_id: n for n in matched}
+    back, ahead = list(matched), list(matched)
+    for _ in range(window):
+        before = index.get_rounds({_prev_id(n) for n in back if _prev_id(n)})
+        after = {_prev_id(n): n for n in index.rounds_after([n.node_id for n in ahead])}
+        back = [before[_prev_id(n)] for n in back if _prev_id(n) in before and _same_session(before[_prev_id(n)], n)]
+        ahead = [after[n.node_id] for n in ahead if n.node_id in after and _same_session(after[n.node_id], n)]
+        known.update((n.node_id, n) for n in back + ahead)
+    return known
 
 
-def merge_spans(spans: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
-    """Merge overlapping or touching [lo, hi] spans, in conversation order."""
-    merged: List[Tuple[int, int]] = []
-    for lo, hi in sorted(spans):
-        if merged and lo <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+def _chains(rounds: Dict[str, TextNode]) -> List[List[TextNode]]:
+    """Runs of linked rounds of one session, in conversation order."""
+    chains: List[List[TextNode]] = []
+    for node in sorted(rounds.values(), key=lambda n: n.metadata[schema.SEQ]):
+        last = chains[-1][-1] if chains else None
+        if last is not None and _prev_id(node) == last.node_id and _same_session(node, last):
+            chains[-1].append(node)
         else:
-            merged.append((lo, hi))
-    return merged
+            chains.append([node])
+    return chains
+
+
+def _prev_id(node: TextNode) -> Optional[str]:
+    return node.metadata.get(schema.PREV_ROUND_ID)
+
+
+def _same_session(a: TextNode, b: TextNode) -> bool:
+    return a.metadata.get(schema.SESSION_ID) == b.metadata.get(schema.SESSION_ID)
 
 
 def _block_node(members: List[TextNode], matched: List[TextNode]) -> TextNode:

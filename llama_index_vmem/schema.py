@@ -42,7 +42,7 @@ UNIT_IDS = "unit_ids"
 PREV_ROUND_ID = "prev_round_id"
 
 #: Keys that get a payload index in every collection (tenant key first).
-INDEXED_KEYWORDS = (MEMORY_ID, ROUND_ID, SESSION_ID)
+INDEXED_KEYWORDS = (MEMORY_ID, ROUND_ID, SESSION_ID, PREV_ROUND_ID)
 INDEXED_INTEGERS = (SEQ,)
 
 # Named vectors.
@@ -106,12 +106,14 @@ def unit_from_payload(point_id: str, payload: Dict[str, Any]) -> TextNode:
 
 
 def round_from_payload(point_id: str, payload: Dict[str, Any]) -> TextNode:
-    """Rebuild a round parent node with its CHILD links (neighbour links are set by the caller)."""
+    """Rebuild a round parent node with its CHILD links and its PREVIOUS round link."""
     metadata = {k: v for k, v in payload.items() if k != TEXT}
     node = TextNode(id_=point_id, text=payload.get(TEXT, ""), metadata=metadata)
     node.relationships[NodeRelationship.CHILD] = [
         RelatedNodeInfo(node_id=uid) for uid in payload.get(UNIT_IDS, [])
     ]
+    if payload.get(PREV_ROUND_ID):
+        node.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=payload[PREV_ROUND_ID])
     node.excluded_embed_metadata_keys = list(metadata)
     node.excluded_llm_metadata_keys = list(metadata)
     return node

@@ -121,3 +121,30 @@ def make_index(tmp_path, minilm, tiny_siglip):
     yield make
     for index in opened:
         index.close()
+
+
+@pytest.fixture(params=["edge", "server"])
+def open_memory(request, tmp_path, minilm, tiny_siglip):
+    """Open memories of one store, on Qdrant Edge or through qdrant-client (its local mode runs the
+    server code path); every test using it runs on both."""
+    from qdrant_client import QdrantClient
+
+    from llama_index_vmem import VMemIndex
+
+    client = QdrantClient(location=":memory:") if request.param == "server" else None
+    opened = []
+
+    def open_(memory_id: str = "default", **kwargs: Any) -> VMemIndex:
+        kwargs.setdefault("path", tmp_path / "store")
+        kwargs.setdefault("embed_model", minilm)
+        kwargs.setdefault("image_encoder", tiny_siglip)
+        if client is not None:
+            kwargs.setdefault("client", client)
+        index = VMemIndex.from_defaults(memory_id=memory_id, **kwargs)
+        opened.append(index)
+        return index
+
+    open_.backend = request.param
+    yield open_
+    for index in opened:
+        index.close()

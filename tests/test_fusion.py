@@ -1,7 +1,6 @@
 """Round max per signal and RRF, on hand-computed cases."""
 
 from llama_index_vmem.fusion import near_image_seqs, rank_rounds, rrf
-from llama_index_vmem.postprocessor import merge_spans
 from llama_index_vmem.store.base import Hit
 
 
@@ -30,7 +29,5 @@ def test_rrf_ties_go_to_the_earlier_round():
     assert [f.id for f in fused] == ["B", "A"]
 
 
-def test_near_image_window_and_span_merging():
+def test_near_image_window():
     assert near_image_seqs([5, 9], 1) == {4, 5, 6, 8, 9, 10}
-    # overlapping (1-3, 3-5) and touching (5, 6) spans merge; a gap (7) keeps blocks apart
-    assert merge_spans([(8, 10), (1, 3), (3, 5), (6, 6), (20, 21)]) == [(1, 6), (8, 10), (20, 21)]

@@ -34,6 +34,8 @@ class Scope:
     seqs: Optional[Tuple[int, ...]] = None
     seq_range: Optional[Tuple[int, int]] = None
     session_id: Optional[str] = None
+    #: Rounds whose previous round is one of these (the rounds that follow them).
+    prev_round_ids: Optional[Tuple[str, ...]] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.memory_id, str) or not self.memory_id:
@@ -42,7 +44,7 @@ class Scope:
     @property
     def is_empty(self) -> bool:
         """An explicit empty id or seq list matches nothing (and must not mean 'no filter')."""
-        return (self.round_ids is not None and not self.round_ids) or (self.seqs is not None and not self.seqs)
+        return any(ids is not None and not ids for ids in (self.round_ids, self.seqs, self.prev_round_ids))
 
 
 def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
@@ -59,12 +61,25 @@ def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
         out.append((schema.SESSION_ID, "eq", scope.session_id))
     if scope.seq_range is not None:
         out.append((schema.SEQ, "range", scope.seq_range))
+    if scope.prev_round_ids is not None:
+        out.append((schema.PREV_ROUND_ID, "any", list(scope.prev_round_ids)))
     return out
 
 
 def present(vectors: Dict[str, Vector]) -> Dict[str, Vector]:
     """Drop empty sparse vectors (a text with only stopwords): Qdrant rejects them."""
     return {name: v for name, v in vectors.items() if not (isinstance(v, Sparse) and not v)}
+
+
+def hit_order(hit: "Hit") -> Tuple[float, int, int]:
+    """Best first; equal scores (the same picture in two rounds) in conversation order. Scores
+    equal to 6 places count as equal: a restored or imported vector is normalised again, which
+    moves its score in the 16th place, and must not reorder the memory's answers."""
+    return (-round(hit.score, 6), hit.payload.get(schema.SEQ, 0), hit.payload.get(schema.UNIT_INDEX, 0))
+
+
+def ranked(hits: List["Hit"]) -> List["Hit"]:
+    return sorted(hits, key=hit_order)
 
 
 @dataclass
@@ -107,6 +122,10 @@ class LaneStore(abc.ABC):
     @abc.abstractmethod
     def scroll(self, collection: Collection, scope: Scope, limit: Optional[int] = None) -> List[Hit]:
         """Points in scope ordered by ``seq`` (then unit index), up to ``limit``."""
+
+    @abc.abstractmethod
+    def points(self, collection: Collection, scope: Scope) -> List[PointData]:
+        """Points in scope with their vectors, to snapshot (before a forget) or export a memory."""
 
     @abc.abstractmethod
     def count(self, collection: Collection, scope: Scope) -> int: ...

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -16,7 +17,7 @@ import qdrant_edge as qe
 
 from .. import schema
 from ..encoders.bm25 import Sparse
-from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
+from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present, ranked
 
 MANIFEST = "manifest.json"
 _SCROLL_PAGE = 1024
@@ -58,6 +59,9 @@ class EdgeLaneStore(LaneStore):
                 return
             self.path.mkdir(parents=True, exist_ok=True)
             for c in Collection:
+                # No manifest yet: any shard here is from a creation that was interrupted (the
+                # manifest is written last and nothing is stored before it), so start it afresh.
+                shutil.rmtree(self.path / c.value, ignore_errors=True)
                 shard = qe.EdgeShard.create(str(self.path / c.value), _config(c, dims))
                 for key in schema.INDEXED_KEYWORDS:
                     shard.update(qe.UpdateOperation.create_field_index(key, qe.KeywordIndexParams(is_tenant=key == schema.MEMORY_ID)))
@@ -81,22 +85,28 @@ class EdgeLaneStore(LaneStore):
         found = self._shards[collection].query(
             qe.QueryRequest(limit=limit, query=query, filter=_filter(scope), with_payload=True)
         )
-        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found]
+        return ranked([Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found])
 
     def scroll(self, collection: Collection, scope: Scope, limit: Optional[int] = None) -> List[Hit]:
-        if scope.is_empty:
-            return []
-        out: List[Hit] = []
-        offset = None
-        while True:
-            records, offset = self._shards[collection].scroll(
-                qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, filter=_filter(scope), with_payload=True)
-            )
-            out.extend(Hit(str(r.id), 0.0, dict(r.payload or {})) for r in records)
-            if offset is None:
-                break
+        out = [Hit(str(r.id), 0.0, dict(r.payload or {})) for r in self._records(collection, scope, with_vector=False)]
         out.sort(key=lambda h: (h.payload.get(schema.SEQ, 0), h.payload.get(schema.UNIT_INDEX, 0)))
         return out[:limit] if limit is not None else out
+
+    def points(self, collection: Collection, scope: Scope) -> List[PointData]:
+        return [PointData(str(r.id), dict(r.payload or {}), {n: _from_vector(v) for n, v in (r.vector or {}).items()})
+                for r in self._records(collection, scope, with_vector=True)]
+
+    def _records(self, collection: Collection, scope: Scope, with_vector: bool) -> List[Any]:
+        if scope.is_empty:
+            return []
+        out: List[Any] = []
+        offset = None
+        while True:
+            records, offset = self._shards[collection].scroll(qe.ScrollRequest(
+                offset=offset, limit=_SCROLL_PAGE, filter=_filter(scope), with_payload=True, with_vector=with_vector))
+            out.extend(records)
+            if offset is None:
+                return out
 
     def count(self, collection: Collection, scope: Scope) -> int:
         if scope.is_empty:
@@ -149,6 +159,10 @@ def _config(collection: Collection, dims: LaneDims) -> qe.EdgeConfig:
 
 def _vector(v: Vector) -> Any:
     return qe.SparseVector(list(v.indices), list(v.values)) if isinstance(v, Sparse) else list(v)
+
+
+def _from_vector(v: Any) -> Vector:
+    return Sparse(tuple(v.indices), tuple(v.values)) if isinstance(v, qe.SparseVector) else v
 
 
 def _filter(scope: Scope) -> qe.Filter:

@@ -13,7 +13,7 @@ from qdrant_client import QdrantClient, models
 
 from .. import schema
 from ..encoders.bm25 import Sparse
-from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
+from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present, ranked
 
 _SCROLL_PAGE = 1024
 
@@ -21,9 +21,11 @@ _SCROLL_PAGE = 1024
 class ServerLaneStore(LaneStore):
     """``client`` is any ``QdrantClient``: ``QdrantClient(url=...)`` for a server, ``location=":memory:"`` in tests."""
 
-    def __init__(self, client: QdrantClient, prefix: str = "vmem") -> None:
+    def __init__(self, client: QdrantClient, prefix: str = "vmem", owns_client: bool = False) -> None:
         self.client = client
         self.prefix = prefix
+        #: A client the caller passed in serves their other memories too: closing one must not close it.
+        self.owns_client = owns_client
 
     def name(self, collection: Collection) -> str:
         return f"{self.prefix}_{collection.value}"
@@ -66,22 +68,30 @@ class ServerLaneStore(LaneStore):
             self.name(collection), query=_vector(vector), using=using, query_filter=_filter(scope),
             limit=limit, with_payload=True,
         )
-        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
+        return ranked([Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points])
 
     def scroll(self, collection: Collection, scope: Scope, limit: Optional[int] = None) -> List[Hit]:
+        out = [Hit(str(r.id), 0.0, dict(r.payload or {})) for r in self._records(collection, scope, with_vectors=False)]
+        out.sort(key=lambda h: (h.payload.get(schema.SEQ, 0), h.payload.get(schema.UNIT_INDEX, 0)))
+        return out[:limit] if limit is not None else out
+
+    def points(self, collection: Collection, scope: Scope) -> List[PointData]:
+        return [PointData(str(r.id), dict(r.payload or {}), {n: _from_vector(v) for n, v in (r.vector or {}).items()})
+                for r in self._records(collection, scope, with_vectors=True)]
+
+    def _records(self, collection: Collection, scope: Scope, with_vectors: bool) -> List[models.Record]:
         if scope.is_empty:
             return []
-        out: List[Hit] = []
+        out: List[models.Record] = []
         offset = None
         while True:
             records, offset = self.client.scroll(
-                self.name(collection), scroll_filter=_filter(scope), limit=_SCROLL_PAGE, offset=offset, with_payload=True
+                self.name(collection), scroll_filter=_filter(scope), limit=_SCROLL_PAGE, offset=offset,
+                with_payload=True, with_vectors=with_vectors,
             )
-            out.extend(Hit(str(r.id), 0.0, dict(r.payload or {})) for r in records)
+            out.extend(records)
             if offset is None:
-                break
-        out.sort(key=lambda h: (h.payload.get(schema.SEQ, 0), h.payload.get(schema.UNIT_INDEX, 0)))
-        return out[:limit] if limit is not None else out
+                return out
 
     def count(self, collection: Collection, scope: Scope) -> int:
         if scope.is_empty:
@@ -100,7 +110,8 @@ class ServerLaneStore(LaneStore):
             self.client.delete(self.name(collection), points_selector=models.FilterSelector(filter=_filter(scope)), wait=True)
 
     def close(self) -> None:
-        self.client.close()
+        if self.owns_client:
+            self.client.close()
 
 
 def _dense_config(c: Collection, dims: LaneDims) -> Dict[str, models.VectorParams]:
@@ -133,6 +144,10 @@ def _check_dims(name: str, info: Any, c: Collection, dims: LaneDims) -> None:
 
 def _vector(v: Vector) -> Any:
     return models.SparseVector(indices=list(v.indices), values=list(v.values)) if isinstance(v, Sparse) else list(v)
+
+
+def _from_vector(v: Any) -> Vector:
+    return Sparse(tuple(v.indices), tuple(v.values)) if isinstance(v, models.SparseVector) else v
 
 
 def _filter(scope: Scope) -> models.Filter:

@@ -1,0 +1,145 @@
+"""A memory as a portable zip archive: ``memory.json`` (points, payloads, vectors) and ``images/``.
+
+Vectors travel with the points, so an import answers exactly as the export did, on any backend;
+the archive records which encoders made them and an import into a store built with other
+encoders is refused. Importing under another ``memory_id`` re-derives every id from the new
+memory, so the copy shares nothing with the original.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Union
+
+from . import schema
+from .encoders.bm25 import Sparse
+from .errors import VMemInputError
+from .store import Collection, PointData
+
+if TYPE_CHECKING:
+    from .index import VMemIndex
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1
+MEMORY_JSON = "memory.json"
+IMAGES = "images"
+
+
+def export_memory(index: "VMemIndex", path: Union[str, Path]) -> Path:
+    """Write every point of ``index``'s memory and its saved images to a zip at ``path``."""
+    path = Path(path)
+    points = {c: index.store.points(c, index.scope()) for c in Collection}
+    tmp = path.with_name(path.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for p in points[Collection.IMAGE]:
+            source = p.payload.get(schema.IMAGE_PATH)
+            if source and Path(source).exists():
+                name = f"{IMAGES}/{Path(source).name}"
+                if name not in archive.namelist():
+                    archive.write(source, name)
+        document = {
+            "format": FORMAT,
+            "memory_id": index.memory_id,
+            "encoders": index.manifest(),
+            "collections": {c.value: [_point_to_json(p) for p in points[c]] for c in Collection},
+        }
+        archive.writestr(MEMORY_JSON, json.dumps(document))
+    tmp.replace(path)
+    logger.info("memory %s: exported %d rounds to %s", index.memory_id, len(points[Collection.ROUNDS]), path)
+    return path
+
+
+@dataclass
+class Archive:
+    """A read archive: where it came from, its document and its image files by name."""
+
+    path: Path
+    document: Dict[str, Any]
+    images: Dict[str, bytes]
+
+    @property
+    def memory_id(self) -> str:
+        return self.document["memory_id"]
+
+
+def read_archive(path: Union[str, Path]) -> Archive:
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            document = json.loads(archive.read(MEMORY_JSON))
+            images = {Path(n).name: archive.read(n) for n in archive.namelist() if n.startswith(f"{IMAGES}/")}
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
+        raise VMemInputError(f"archive {path}", f"is not a memory archive ({e})") from e
+    if document.get("format") != FORMAT:
+        raise VMemInputError(f"archive {path}", f"has format {document.get('format')!r}; this version reads {FORMAT}")
+    return Archive(path, document, images)
+
+
+def import_memory(index: "VMemIndex", archive: Archive) -> int:
+    """Load ``archive`` into ``index``'s memory, which must be empty; returns the rounds loaded."""
+    if archive.document["encoders"] != index.manifest():
+        raise VMemInputError(f"archive {archive.path}",
+                             f"was encoded with {archive.document['encoders']}; this store uses {index.manifest()}")
+    if len(index):
+        raise VMemInputError(f"memory {index.memory_id}", "already holds rounds; import into an empty memory")
+    points = {c: [_point_from_json(p) for p in archive.document["collections"][c.value]] for c in Collection}
+    rehome = _Rehome(index, points[Collection.ROUNDS] + points[Collection.TEXT] + points[Collection.IMAGE])
+    written: List[Path] = []
+    try:
+        index.image_dir.mkdir(parents=True, exist_ok=True)
+        for name, data in archive.images.items():
+            target = index.image_dir / name
+            if not target.exists():
+                target.write_bytes(data)
+                written.append(target)
+        for c in (Collection.TEXT, Collection.IMAGE, Collection.ROUNDS):
+            index.store.upsert(c, [rehome(p) for p in points[c]])
+    except BaseException:
+        for c in (Collection.ROUNDS, Collection.IMAGE, Collection.TEXT):
+            index.store.delete(c, index.scope())
+        for target in written:
+            target.unlink(missing_ok=True)
+        raise
+    logger.info("memory %s: imported %d rounds from %s", index.memory_id, len(points[Collection.ROUNDS]), archive.path)
+    return len(points[Collection.ROUNDS])
+
+
+class _Rehome:
+    """Rewrites archived points for the importing memory: ids, links, memory id, image paths."""
+
+    def __init__(self, index: "VMemIndex", points: List[PointData]) -> None:
+        self.index = index
+        self.ids: Dict[str, str] = {}
+        for p in points:
+            key = p.payload[schema.ROUND_KEY]
+            unit = p.payload.get(schema.UNIT_INDEX)
+            self.ids[p.id] = (schema.round_id(index.memory_id, key) if unit is None
+                              else schema.unit_id(index.memory_id, key, unit))
+
+    def __call__(self, p: PointData) -> PointData:
+        payload = dict(p.payload, **{schema.MEMORY_ID: self.index.memory_id})
+        payload[schema.ROUND_ID] = self.ids[payload[schema.ROUND_ID]]
+        if payload.get(schema.PREV_ROUND_ID):
+            payload[schema.PREV_ROUND_ID] = self.ids[payload[schema.PREV_ROUND_ID]]
+        if schema.UNIT_IDS in payload:
+            payload[schema.UNIT_IDS] = [self.ids[u] for u in payload[schema.UNIT_IDS]]
+        if payload.get(schema.IMAGE_PATH):
+            payload[schema.IMAGE_PATH] = str(self.index.image_dir / Path(payload[schema.IMAGE_PATH]).name)
+        return PointData(self.ids[p.id], payload, p.vectors)
+
+
+def _point_to_json(p: PointData) -> Dict[str, Any]:
+    vectors = {n: {"indices": list(v.indices), "values": list(v.values)} if isinstance(v, Sparse) else v
+               for n, v in p.vectors.items()}
+    return {"id": p.id, "payload": p.payload, "vectors": vectors}
+
+
+def _point_from_json(data: Dict[str, Any]) -> PointData:
+    vectors = {n: Sparse(tuple(v["indices"]), tuple(v["values"])) if isinstance(v, dict) else v
+               for n, v in data["vectors"].items()}
+    return PointData(data["id"], data["payload"], vectors)

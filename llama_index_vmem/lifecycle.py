@@ -1,0 +1,184 @@
+"""The life of a memory: list its rounds in order, and forget rounds all or nothing.
+
+Qdrant has no transaction across collections, so ``forget`` snapshots everything it changes
+(points with their vectors, the neighbour links it rewrites, the image files it removes) and puts
+it all back if any step fails. Rounds are deleted before their units, so even a process killed
+mid-forget never leaves a round that is missing units (units without a round are invisible and
+are swept on the memory's next write).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Union
+
+from dateutil import parser as dateparser
+from llama_index.core.schema import TextNode
+
+from . import schema
+from .errors import VMemInputError
+from .store import Collection, Hit, PointData, Scope
+
+if TYPE_CHECKING:
+    from .index import VMemIndex
+
+logger = logging.getLogger(__name__)
+
+TimeLike = Union[str, date, datetime]
+#: Labelled copies made for delivery; a cache, but it holds pixels, so forget clears it.
+DELIVERED_DIR = "delivered"
+
+
+@dataclass
+class StoredRound:
+    """One stored round with its units (text spans, then images) in order."""
+
+    round: TextNode
+    units: List[TextNode]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which rounds of a memory a call means; every given criterion must hold."""
+
+    round_keys: Optional[Sequence[str]] = None
+    session_id: Optional[str] = None
+    since: Optional[TimeLike] = None
+    until: Optional[TimeLike] = None
+
+    @property
+    def is_everything(self) -> bool:
+        return self.round_keys is None and self.session_id is None and self.since is None and self.until is None
+
+
+def select(index: "VMemIndex", selection: Selection) -> List[Hit]:
+    """The round records ``selection`` picks, in conversation order.
+
+    A time range ``since <= seen < until`` compares each round's own timestamp (any format
+    ``dateutil`` reads, such as ``2024-06-17`` or ``1:56 pm on 8 May, 2023``); rounds without a
+    readable timestamp are never in it.
+    """
+    keys = _check_keys(selection.round_keys)
+    ids = tuple(schema.round_id(index.memory_id, k) for k in keys) if keys is not None else None
+    hits = index.store.scroll(Collection.ROUNDS, index.scope(round_ids=ids, session_id=selection.session_id))
+    if selection.since is None and selection.until is None:
+        return hits
+    since = _as_time("since", selection.since) if selection.since is not None else None
+    until = _as_time("until", selection.until) if selection.until is not None else None
+    out = []
+    for h in hits:
+        seen = _read_time(h.payload.get(schema.TIMESTAMP))
+        if seen is not None and (since is None or seen >= since) and (until is None or seen < until):
+            out.append(h)
+    return out
+
+
+def list_rounds(index: "VMemIndex", selection: Selection, offset: int, limit: int) -> List[StoredRound]:
+    """One page of the selected rounds, each with its units."""
+    if not isinstance(offset, int) or not isinstance(limit, int) or offset < 0 or limit < 1:
+        raise VMemInputError("page", f"offset must be >= 0 and limit >= 1, got offset={offset!r}, limit={limit!r}")
+    page = select(index, selection)[offset:offset + limit]
+    scope = index.scope(round_ids=tuple(h.id for h in page))
+    units: Dict[str, List[TextNode]] = {}
+    for collection in (Collection.TEXT, Collection.IMAGE):
+        for h in index.store.scroll(collection, scope):
+            units.setdefault(h.payload[schema.ROUND_ID], []).append(schema.unit_from_payload(h.id, h.payload))
+    return [StoredRound(schema.round_from_payload(h.id, h.payload), sorted(units.get(h.id, []), key=lambda u: u.metadata[schema.UNIT_INDEX]))
+            for h in page]
+
+
+def forget(index: "VMemIndex", selection: Selection) -> int:
+    """Remove the selected rounds from every lane, the round store and the image folder.
+
+    Returns how many rounds were removed. Rounds after a removed run are relinked to the round
+    before it, so neighbour assembly joins across the gap.
+    """
+    rounds = select(index, selection)
+    if not rounds and not selection.is_everything:
+        return 0
+    scope = index.scope() if selection.is_everything else index.scope(round_ids=tuple(h.id for h in rounds))
+    store = index.store
+    snapshot = {c: store.points(c, scope) for c in Collection}
+    relinked = _relinks(index, snapshot[Collection.ROUNDS])
+    trash = index.image_dir.parent / f".forgetting-{uuid.uuid4().hex}"
+    moved: List[Path] = []
+    try:
+        for path in _unshared_images(index, snapshot[Collection.IMAGE], scope) + [index.image_dir / DELIVERED_DIR]:
+            if path.exists():
+                trash.mkdir(parents=True, exist_ok=True)
+                moved.append(path)
+                path.rename(trash / f"{len(moved)}-{path.name}")
+        for collection in (Collection.ROUNDS, Collection.IMAGE, Collection.TEXT):
+            store.delete(collection, scope)
+        store.upsert(Collection.ROUNDS, [new for _, new in relinked])
+    except BaseException:
+        for collection in (Collection.TEXT, Collection.IMAGE, Collection.ROUNDS):
+            store.upsert(collection, snapshot[collection])
+        store.upsert(Collection.ROUNDS, [old for old, _ in relinked])
+        for i, path in enumerate(moved, start=1):
+            (trash / f"{i}-{path.name}").rename(path)
+        raise
+    finally:
+        shutil.rmtree(trash, ignore_errors=True)
+    logger.info("memory %s: forgot %d rounds", index.memory_id, len(snapshot[Collection.ROUNDS]))
+    return len(snapshot[Collection.ROUNDS])
+
+
+def _relinks(index: "VMemIndex", removed: List[PointData]) -> List[tuple]:
+    """``(old, new)`` records of the kept rounds whose previous round is being removed."""
+    prev_of = {p.id: p.payload.get(schema.PREV_ROUND_ID) for p in removed}
+    followers = index.store.points(Collection.ROUNDS, index.scope(prev_round_ids=tuple(prev_of)))
+    out = []
+    for old in followers:
+        if old.id in prev_of:
+            continue
+        prev = old.payload.get(schema.PREV_ROUND_ID)
+        while prev in prev_of:
+            prev = prev_of[prev]
+        out.append((old, PointData(old.id, {**old.payload, schema.PREV_ROUND_ID: prev}, old.vectors)))
+    return out
+
+
+def _unshared_images(index: "VMemIndex", removed: List[PointData], scope: Scope) -> List[Path]:
+    """Saved image files of the removed units that no kept unit still points at."""
+    gone = {p.id for p in removed}
+    kept: Set[str] = set()
+    if scope.round_ids is not None:
+        kept = {h.payload.get(schema.IMAGE_PATH) for h in index.store.scroll(Collection.IMAGE, index.scope())
+                if h.id not in gone}
+    paths = {p.payload.get(schema.IMAGE_PATH) for p in removed} - kept - {None}
+    return sorted(Path(p) for p in paths)
+
+
+def _check_keys(keys: Optional[Sequence[str]]) -> Optional[List[str]]:
+    if keys is None:
+        return None
+    if isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys):
+        raise VMemInputError("round_keys", f"must be a list of non-empty round keys, got {keys!r}")
+    return list(keys)
+
+
+def _as_time(name: str, value: TimeLike) -> datetime:
+    seen = _read_time(value)
+    if seen is None:
+        raise VMemInputError(name, f"is not a date or time: {value!r}")
+    return seen
+
+
+def _read_time(value: object) -> Optional[datetime]:
+    """A naive datetime (a date means its midnight), or None when ``value`` is not one."""
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=None)
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day)
+    if isinstance(value, str) and value.strip():
+        try:
+            return dateparser.parse(value, fuzzy=True).replace(tzinfo=None)
+        except (ValueError, OverflowError):
+            return None
+    return None

@@ -1,0 +1,85 @@
+"""Several threads, and several asyncio tasks, adding and retrieving on one index at once end with
+the same store as adding the same rounds one call after another, and raise nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+from llama_index_vmem import VMemQueryBundle
+
+WRITERS, CALLS, READS = 4, 3, 6
+QUESTIONS = ["What did I cook on Sunday?", "Where did we hike?", "Which photo is this?"]
+
+
+def _calls(photos):
+    """Each writer is one session (one device of the user) adding rounds in calls of two."""
+    names = ["chelsea", "coffee", "astronaut", "rocket"]
+    return [[[{"round_key": f"W{w}:{c}-{i}", "session_id": f"W{w}",
+               "user": f"Writer {w} call {c}: we hiked to lake {c} and cooked soup number {i}.",
+               "assistant": f"Noted {w}.{c}.{i}.",
+               "images": [{"image_id": f"W{w}:IMG_{c}-{i}", "path": str(photos[names[(w + c + i) % 4]]),
+                           "caption": f"{names[(w + c + i) % 4]} seen by writer {w}"}] if i == 0 else []}
+              for i in range(2)] for c in range(CALLS)] for w in range(WRITERS)]
+
+
+def _store_state(index):
+    """The memory as content: every round with its units, and each round's previous round, by key."""
+    rounds = index.rounds(limit=10**6)
+    key_of = {r.round.node_id: r.round.metadata["round_key"] for r in rounds}
+    state = {}
+    for r in rounds:
+        units = [(u.metadata["role"], u.text, u.metadata.get("image_id"), bool(getattr(u, "image_path", None)))
+                 for u in r.units]
+        state[r.round.metadata["round_key"]] = (r.round.text, json.dumps(units), key_of.get(r.round.metadata["prev_round_id"]))
+    return state
+
+
+def _retrieve(index, photos, i):
+    q = QUESTIONS[i % len(QUESTIONS)]
+    bundle = VMemQueryBundle(q, image_path=str(photos["coffee"])) if "photo" in q else VMemQueryBundle(q)
+    nodes = index.as_retriever().retrieve(bundle)
+    assert all(n.node.metadata["memory_id"] == index.memory_id for n in nodes)
+    return nodes
+
+
+def _serial(open_memory, photos):
+    serial = open_memory("serial")
+    for writer in _calls(photos):
+        for call in writer:
+            serial.add_rounds(call)
+    return _store_state(serial)
+
+
+def test_threads_adding_and_retrieving_at_once_end_like_serial(open_memory, photos):
+    expected = _serial(open_memory, photos)
+    index = open_memory("threads")
+
+    def write(w):
+        for call in _calls(photos)[w]:
+            index.add_rounds(call)
+
+    with ThreadPoolExecutor(max_workers=WRITERS + 2) as pool:
+        futures = [pool.submit(write, w) for w in range(WRITERS)]
+        futures += [pool.submit(_retrieve, index, photos, i) for i in range(READS)]
+        for f in futures:
+            f.result()
+    assert _store_state(index) == expected
+
+
+def test_asyncio_tasks_adding_and_retrieving_at_once_end_like_serial(open_memory, photos):
+    expected = _serial(open_memory, photos)
+    index = open_memory("tasks")
+
+    async def write(w):
+        for call in _calls(photos)[w]:
+            await index.aadd_rounds(call)
+
+    async def main():
+        retriever = index.as_retriever()
+        reads = [retriever.aretrieve(QUESTIONS[i % 2]) for i in range(READS)]
+        await asyncio.gather(*(write(w) for w in range(WRITERS)), *reads)
+
+    asyncio.run(main())
+    assert _store_state(index) == expected

@@ -1,0 +1,79 @@
+"""Crash safety: a child process appending rounds is killed (SIGKILL) at random points, again and
+again, on the same store; after every kill the store opens, every round whose add call returned
+is there, and no round is half-written."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from llama_index_vmem import VMemIndex
+from llama_index_vmem.store import Collection
+
+CHILD = Path(__file__).with_name("ingest_child.py")
+KILLS = 8
+
+
+def _run_and_kill(store: Path, siglip_dir: str, photo_dir: Path, delay: float, after_ready: bool) -> list:
+    """Start a child, kill it ``delay`` seconds after start (or after it is ready); the keys it confirmed."""
+    child = subprocess.Popen([sys.executable, str(CHILD), str(store), siglip_dir, str(photo_dir)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ))
+    lines: list = []
+    ready = threading.Event()
+
+    def read() -> None:
+        for line in child.stdout:
+            lines.append(line.strip())
+            if line.strip() == "ready":
+                ready.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if after_ready:
+        assert ready.wait(timeout=120), "child never got ready"
+    time.sleep(delay)
+    child.kill()
+    child.wait()
+    reader.join(timeout=10)
+    return [key for key in lines if key != "ready"]
+
+
+def test_killed_ingestion_keeps_every_returned_round_and_no_half_round(tmp_path, minilm, tiny_siglip, photos):
+    store = tmp_path / "memory"
+    photo_dir = tmp_path / "photos"
+    photo_dir.mkdir()
+    for name in ("chelsea", "coffee", "astronaut"):
+        (photo_dir / f"{name}.png").write_bytes(photos[name].read_bytes())
+    rng = random.Random(20261130)
+    confirmed: set = set()
+    stored_counts = []
+    for attempt in range(KILLS):
+        # The first kills land while the child imports or creates the store, the rest mid-ingestion.
+        early = attempt < 2
+        confirmed.update(_run_and_kill(store, tiny_siglip.model_name, photo_dir,
+                                       rng.uniform(1.0, 6.0) if early else rng.uniform(0.05, 2.0), after_ready=not early))
+        index = VMemIndex.from_defaults(path=store, memory_id="crash", embed_model=minilm, image_encoder=tiny_siglip)
+        try:
+            rounds = index.rounds(limit=10**6)
+            keys = {r.round.metadata["round_key"] for r in rounds}
+            assert confirmed <= keys, f"lost rounds whose add call returned: {sorted(confirmed - keys)}"
+            for r in rounds:
+                assert {u.node_id for u in r.units} == set(r.round.metadata["unit_ids"]), r.round.metadata["round_key"]
+                assert [u.metadata["role"] for u in r.units] == ["user", "assistant", "image"]
+                assert Path(r.units[2].image_path).exists()
+            round_ids = {r.round.node_id for r in rounds}
+            for lane in (Collection.TEXT, Collection.IMAGE):
+                assert {h.payload["round_id"] for h in index.store.scroll(lane, index.scope())} <= round_ids
+            if rounds:
+                found = index.as_retriever().retrieve("the weather and the coffee")
+                assert found and all(n.node.metadata["memory_id"] == "crash" for n in found)
+            stored_counts.append(len(rounds))
+        finally:
+            index.close()
+    assert confirmed, "no add call returned before a kill: the test did not exercise ingestion"
+    assert stored_counts == sorted(stored_counts), "a later kill never takes back an earlier round"

@@ -1,0 +1,220 @@
+"""The life of a memory on both backends: list, forget (all or nothing), export and import."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle
+from llama_index_vmem.postprocessor import BLOCK_ROUNDS, NeighborRoundPostprocessor
+from llama_index_vmem.encoders.bm25 import Sparse
+from llama_index_vmem.store import Collection
+
+
+def _conversation(photos):
+    return [
+        {"round_key": "D1:1", "session_id": "D1", "timestamp": "2024-06-17 09:00", "user": "Here is my new cat!",
+         "assistant": "A tabby! What's her name?",
+         "images": [{"image_id": "D1:IMG_1", "path": str(photos["chelsea"]), "caption": "a tabby cat"}]},
+        {"round_key": "D1:2", "session_id": "D1", "timestamp": "2024-06-17 09:05", "user": "Her name is Mochi.",
+         "assistant": "Lovely name."},
+        {"round_key": "D1:3", "session_id": "D1", "timestamp": "2024-06-17 09:10", "user": "She sleeps all day.",
+         "assistant": "Cats do."},
+        {"round_key": "D2:1", "session_id": "D2", "timestamp": "2024-07-02 18:00", "user": "Dinner was coffee again.",
+         "assistant": "Maybe cook tonight?",
+         "images": [{"image_id": "D2:IMG_1", "path": str(photos["coffee"]), "caption": "a cup of coffee"}]},
+        {"round_key": "D2:2", "session_id": "D2", "timestamp": "2024-07-02 18:30", "user": "The cat photo again",
+         "assistant": "Still cute.",
+         "images": [{"image_id": "D2:IMG_2", "path": str(photos["chelsea"]), "caption": "the tabby again"}]},
+    ]
+
+
+QUESTIONS = ["What is my cat called?", "What did I have for dinner?", "Does my cat sleep a lot?"]
+
+
+def _snapshot(index):
+    """Everything a memory holds: every point with payload and vectors, and its image files."""
+    points = {c: sorted((p.id, json.dumps(p.payload, sort_keys=True), _vectors(p.vectors))
+                        for p in index.store.points(c, index.scope())) for c in Collection}
+    files = sorted(p.name for p in index.image_dir.rglob("*") if p.is_file())
+    return points, files
+
+
+def _vectors(vectors):
+    """Vectors by name, floats to 5 places (a restored point is normalised again)."""
+    def rounded(v):
+        if isinstance(v, Sparse):
+            return (v.indices, tuple(round(x, 5) for x in v.values))
+        return tuple(rounded(x) if isinstance(x, list) else round(x, 5) for x in v)
+
+    return tuple(sorted((name, rounded(v)) for name, v in vectors.items()))
+
+
+def _answers(index, photos):
+    retriever = index.as_retriever()
+    queries = [VMemQueryBundle(q) for q in QUESTIONS] + [VMemQueryBundle("Which photo is this?", image_path=str(photos["chelsea"]))]
+    return [[(n.node.metadata.get("round_key"), n.node.metadata.get("image_id"), round(n.score, 6))
+             for n in retriever.retrieve(q)] for q in queries]
+
+
+def test_rounds_lists_in_order_with_units_and_pages(open_memory, photos):
+    index = open_memory()
+    index.add_rounds(_conversation(photos))
+    listed = index.rounds()
+    assert [r.round.metadata["round_key"] for r in listed] == ["D1:1", "D1:2", "D1:3", "D2:1", "D2:2"]
+    first = listed[0]
+    assert [u.metadata["role"] for u in first.units] == ["user", "assistant", "image"]
+    assert first.units[2].metadata["image_id"] == "D1:IMG_1" and Path(first.units[2].image_path).exists()
+    pages = [index.rounds(offset=o, limit=2) for o in (0, 2, 4)]
+    assert [r.round.metadata["round_key"] for p in pages for r in p] == [r.round.metadata["round_key"] for r in listed]
+    assert [r.round.metadata["round_key"] for r in index.rounds(session_id="D2")] == ["D2:1", "D2:2"]
+    assert [r.round.metadata["round_key"] for r in index.rounds(since="2024-06-17 09:05", until="2024-07-01")] == ["D1:2", "D1:3"]
+    with pytest.raises(VMemInputError, match="offset"):
+        index.rounds(offset=-1)
+
+
+def test_forget_a_round_removes_it_everywhere_and_joins_its_neighbours(open_memory, photos):
+    index = open_memory()
+    index.add_rounds(_conversation(photos))
+    assert index.forget(["D1:2"]) == 1
+    assert [r.round.metadata["round_key"] for r in index.rounds()] == ["D1:1", "D1:3", "D2:1", "D2:2"]
+    for c in Collection:
+        assert all(p.payload["round_key"] != "D1:2" for p in index.store.points(c, index.scope()))
+    for answer in _answers(index, photos):
+        assert all(key != "D1:2" for key, _, _ in answer)
+    # D1:3's previous round is now D1:1, and a block around D1:3 joins D1:1 across the gap.
+    d1_3 = index.rounds(["D1:3"])[0].round
+    assert d1_3.metadata["prev_round_id"] == index.rounds(["D1:1"])[0].round.node_id
+    retrieved = index.as_retriever().retrieve("Does my cat sleep a lot?")
+    blocks = NeighborRoundPostprocessor(index).postprocess_nodes(retrieved)
+    block = next(b for b in blocks if "D1:3" in b.node.metadata.get(BLOCK_ROUNDS, []))
+    assert block.node.metadata[BLOCK_ROUNDS] == ["D1:1", "D1:3"]
+
+
+def test_forget_keeps_an_image_file_another_round_still_uses(open_memory, photos):
+    index = open_memory()
+    index.add_rounds(_conversation(photos))
+    cat = Path(index.rounds(["D1:1"])[0].units[2].image_path)
+    coffee = Path(index.rounds(["D2:1"])[0].units[2].image_path)
+    index.forget(["D1:1", "D2:1"])
+    assert cat.exists(), "D2:2 shows the same cat photo"
+    assert not coffee.exists()
+    index.forget(["D2:2"])
+    assert not cat.exists()
+
+
+def test_forget_a_session_a_time_range_and_everything(open_memory, photos):
+    index = open_memory()
+    other = open_memory("bob")
+    index.add_rounds(_conversation(photos))
+    other.add_rounds(_conversation(photos))
+    assert index.forget(session_id="D2") == 2
+    assert [r.round.metadata["round_key"] for r in index.rounds()] == ["D1:1", "D1:2", "D1:3"]
+    assert index.forget(since="2024-06-17 09:04", until="2024-06-17 09:06") == 1
+    assert [r.round.metadata["round_key"] for r in index.rounds()] == ["D1:1", "D1:3"]
+    assert index.forget_all() == 2
+    assert len(index) == 0 and all(index.store.count(c, index.scope()) == 0 for c in Collection)
+    assert not [p for p in index.image_dir.rglob("*") if p.is_file()]
+    assert len(other) == 5 and _answers(other, photos)[0], "another memory of the store is untouched"
+    index.add_rounds(_conversation(photos)[:2])
+    assert [r.round.metadata["round_key"] for r in index.rounds()] == ["D1:1", "D1:2"]
+
+
+def test_forget_needs_a_filter_and_names_bad_ones(open_memory, photos):
+    index = open_memory()
+    index.add_rounds(_conversation(photos))
+    with pytest.raises(VMemInputError, match="forget_all"):
+        index.forget()
+    with pytest.raises(VMemInputError, match="round_keys"):
+        index.forget("D1:1")
+    with pytest.raises(VMemInputError, match="since"):
+        index.forget(since="not a date at all")
+    assert index.forget(["D9:9"]) == 0
+    assert len(index) == 5
+
+
+@pytest.mark.parametrize("failing", [Collection.ROUNDS, Collection.IMAGE, Collection.TEXT, "relink"])
+def test_a_failed_forget_leaves_everything_as_it_was(open_memory, photos, monkeypatch, failing):
+    index = open_memory()
+    index.add_rounds(_conversation(photos))
+    before, answers = _snapshot(index), _answers(index, photos)
+    store = index.store
+    real_delete, real_upsert = store.delete, store.upsert
+
+    failed = []  # the fault strikes once; the rollback's own writes succeed
+
+    def delete(collection, scope):
+        real_delete(collection, scope)
+        if collection == failing and not failed:
+            failed.append(collection)
+            raise RuntimeError("disk full")
+
+    def upsert(collection, points):
+        if failing == "relink" and collection is Collection.ROUNDS and not failed:
+            failed.append(collection)
+            raise RuntimeError("disk full")
+        real_upsert(collection, points)
+
+    monkeypatch.setattr(store, "delete", delete)
+    monkeypatch.setattr(store, "upsert", upsert)
+    with pytest.raises(RuntimeError, match="disk full"):
+        index.forget(["D1:1", "D1:2"])
+    monkeypatch.undo()
+    assert _snapshot(index) == before
+    assert _answers(index, photos) == answers
+
+
+def test_export_then_import_answers_identically_on_another_backend(open_memory, photos, tmp_path, minilm, tiny_siglip):
+    from qdrant_client import QdrantClient
+
+    index = open_memory("alice")
+    index.add_rounds(_conversation(photos))
+    index.forget(["D1:2"])
+    answers = _answers(index, photos)
+    archive = index.export_archive(tmp_path / "alice.zip")
+    with zipfile.ZipFile(archive) as z:
+        assert "memory.json" in z.namelist() and sum(n.startswith("images/") for n in z.namelist()) == 2
+    targets = [dict(path=tmp_path / "edge-copy"), dict(path=tmp_path / "srv-copy", client=QdrantClient(location=":memory:"))]
+    for target in targets:
+        for memory_id in (None, "alice-copy"):
+            copy = VMemIndex.from_archive(archive, memory_id=memory_id, embed_model=minilm, image_encoder=tiny_siglip, **target)
+            try:
+                assert copy.memory_id == (memory_id or "alice")
+                assert _answers(copy, photos) == answers
+                assert [r.round.metadata["round_key"] for r in copy.rounds()] == ["D1:1", "D1:3", "D2:1", "D2:2"]
+                assert all(Path(u.image_path).is_relative_to(copy.image_dir) for r in copy.rounds() for u in r.units if getattr(u, "image_path", None))
+                with pytest.raises(VMemInputError, match="empty memory"):
+                    VMemIndex.from_archive(archive, memory_id=copy.memory_id, embed_model=minilm, image_encoder=tiny_siglip, **target)
+                copy.forget_all()
+            finally:
+                copy.close()
+    assert _answers(index, photos) == answers, "the original is untouched"
+
+
+def test_import_refuses_other_encoders_and_broken_archives(open_memory, photos, tmp_path, minilm, tiny_siglip):
+    index = open_memory()
+    index.add_rounds(_conversation(photos)[:2])
+    archive = index.export_archive(tmp_path / "m.zip")
+    with pytest.raises(VMemInputError, match="encoded with"):
+        VMemIndex.from_archive(archive, embed_model=minilm, path=tmp_path / "other-encoder")
+    broken = tmp_path / "broken.zip"
+    broken.write_bytes(archive.read_bytes()[:200])
+    with pytest.raises(VMemInputError, match="broken.zip"):
+        VMemIndex.from_archive(broken, embed_model=minilm, image_encoder=tiny_siglip, path=tmp_path / "b")
+
+
+def test_an_image_path_into_another_memory_is_refused(open_memory, photos):
+    alice, bob = open_memory("alice"), open_memory("bob")
+    bob.add_rounds(_conversation(photos)[:1])
+    bobs_picture = bob.rounds()[0].units[2].image_path
+    before = _snapshot(alice)
+    with pytest.raises(VMemInputError, match="another memory"):
+        alice.add_round(user="look", images=[{"image_id": "x", "path": bobs_picture}], session_id="S")
+    with pytest.raises(VMemInputError, match="another memory"):
+        alice.add_round(user="look", images=[{"image_id": "x", "url": Path(bobs_picture).as_uri()}], session_id="S")
+    with pytest.raises(VMemInputError, match="another memory"):
+        alice.as_retriever().retrieve(VMemQueryBundle("Which photo?", image_path=bobs_picture))
+    assert _snapshot(alice) == before

@@ -1,0 +1,64 @@
+"""Many memories in one store, property-based: whatever the interleaving of writes, reads, crafted
+ids and forgets across memories, no call ever returns or changes another memory's data."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llama_index_vmem.schema import round_id
+from llama_index_vmem.store import Collection
+
+MEMORIES = 4
+#: One secret word per memory: any text of memory m contains only its own secret.
+SECRETS = ["saffron", "obsidian", "marmalade", "tundra"]
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.integers(0, MEMORIES - 1), st.integers(1, 5)),
+    st.tuples(st.just("retrieve"), st.integers(0, MEMORIES - 1), st.integers(0, MEMORIES - 1)),
+    st.tuples(st.just("crafted_ids"), st.integers(0, MEMORIES - 1), st.integers(0, MEMORIES - 1)),
+    st.tuples(st.just("forget_other"), st.integers(0, MEMORIES - 1), st.integers(0, MEMORIES - 1)),
+), min_size=4, max_size=14)
+
+_example = itertools.count()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(ops)
+def test_no_call_ever_crosses_memories(open_memory, photos, program):
+    run = next(_example)
+    names = [f"run{run}-user{m}" for m in range(MEMORIES)]
+    memories = [open_memory(name) for name in names]
+    added = [0] * MEMORIES
+    for op, m, arg in program:
+        own = memories[m]
+        if op == "add":
+            own.add_rounds([{"round_key": f"D1:{added[m] + i + 1}", "session_id": "D1",
+                             "user": f"My secret word is {SECRETS[m]} ({added[m] + i}).", "assistant": f"Noted, {SECRETS[m]}.",
+                             "images": [{"image_id": f"I{added[m] + i}", "path": str(photos["coffee"]), "caption": f"{SECRETS[m]} mug"}]}
+                            for i in range(arg)])
+            added[m] += arg
+        elif op == "retrieve":  # ask with another memory's secret in the question
+            for n in own.as_retriever().retrieve(f"What is the secret word {SECRETS[arg]}?"):
+                assert n.node.metadata["memory_id"] == names[m]
+                assert all(s not in n.node.get_content() for s in SECRETS if s != SECRETS[m])
+        elif op == "crafted_ids":  # ids and keys that exist in another memory
+            keys = [f"D1:{i + 1}" for i in range(added[arg])]
+            stolen = [round_id(names[arg], k) for k in keys]
+            assert own.get_rounds(stolen) == {} or arg == m
+            listed = own.rounds(keys) if keys else []
+            assert all(r.round.metadata["memory_id"] == names[m] for r in listed)
+            assert own.rounds_after(stolen) == [] or arg == m
+        elif op == "forget_other":  # forgetting another memory's keys touches only this one
+            if arg != m:
+                before = [len(x) for x in memories]
+                forgotten = own.forget([f"D1:{i + 1}" for i in range(added[arg])] or ["D1:1"])
+                after = [len(x) for x in memories]
+                assert after[arg] == before[arg] and all(after[i] == before[i] for i in range(MEMORIES) if i != m)
+                assert after[m] == before[m] - forgotten
+    for m, own in enumerate(memories):
+        for c in Collection:
+            assert all(h.payload["memory_id"] == names[m] and SECRETS[m] in h.payload.get("text", SECRETS[m])
+                       for h in own.store.scroll(c, own.scope()))
