@@ -139,3 +139,36 @@ def test_region_tiles_match_a_crop_to_its_picture(tmp_path, minilm, tiny_siglip,
         assert backend == "server" or '"region_tiles": true' in manifest.read_text()
     finally:
         index.close()
+
+
+class RecordingClient(QdrantClient):
+    """qdrant-client's local mode, recording the schema calls a server would receive."""
+
+    def __init__(self) -> None:
+        super().__init__(location=":memory:")
+        self.created: list = []
+        self.indexed: list = []
+
+    def create_collection(self, collection_name, *args, **kwargs):
+        self.created.append(collection_name)
+        return super().create_collection(collection_name, *args, **kwargs)
+
+    def create_payload_index(self, collection_name, field_name, field_schema=None, **kwargs):
+        self.indexed.append((collection_name, field_name, field_schema))
+        return super().create_payload_index(collection_name, field_name, field_schema=field_schema, **kwargs)
+
+
+def test_server_gets_payload_indexes_for_scoping_and_ordering_once(tmp_path, minilm, tiny_siglip, photos):
+    client = RecordingClient()
+    memories = [VMemIndex.from_defaults(client=client, memory_id=m, path=tmp_path / m, embed_model=minilm,
+                                        image_encoder=tiny_siglip) for m in ("alice", "bob", "carol")]
+    memories[0].add_rounds(_rounds(photos, "Mochi"))
+    assert sorted(client.created) == ["vmem_image", "vmem_rounds", "vmem_text"], "created once, reused by every memory"
+    for name in client.created:
+        fields = {field: schema for collection, field, schema in client.indexed if collection == name}
+        assert fields["memory_id"].is_tenant is True
+        assert {"round_id", "session_id", "prev_round_id"} <= set(fields)
+        assert fields["seq"].range and fields["seq"].lookup, "seq orders rounds and bounds ranges"
+    for m in memories:
+        m.close()
+    assert client.get_collections().collections, "closing a memory leaves a client the caller passed in open"
