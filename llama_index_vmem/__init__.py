@@ -1,10 +1,12 @@
 """llama-index-vmem: V-Mem modality-routed long-term memory of multimodal conversations."""
 
+from .chat_engine import VMemChatEngine
 from .config import VMemConfig
 from .delivery import DeliveryMode, DeliveryPostprocessor, ImageBudget
 from .encoders import EfficientNetImageEncoder, SiglipImageEncoder
 from .errors import VMemInputError
 from .index import VMemIndex
+from .memory_block import VMemMemoryBlock
 from .node_parser import RoundNodeParser
 from .postprocessor import NeighborRoundPostprocessor
 from .query_engine import VMemQueryEngine
@@ -24,9 +26,11 @@ __all__ = [
     "RoundNodeParser",
     "RoutePlan",
     "SiglipImageEncoder",
+    "VMemChatEngine",
     "VMemConfig",
     "VMemIndex",
     "VMemInputError",
+    "VMemMemoryBlock",
     "VMemQueryBundle",
     "VMemQueryEngine",
     "VMemRetriever",

@@ -28,7 +28,8 @@ from pydantic import PrivateAttr
 
 from . import schema
 from .images import open_rgb
-from .postprocessor import BLOCK_MATCHED, BLOCK_ROUND_IDS
+from .postprocessor import BLOCK_ROUND_IDS
+from .retriever import EXPLAIN_KEY
 
 if TYPE_CHECKING:
     from .index import VMemIndex
@@ -140,8 +141,10 @@ class Deliverer:
         return out
 
     def _images(self, blocks: Sequence[TextNode], rounds: Dict[str, TextNode]) -> Dict[str, ImageNode]:
-        """Images with pixels of the delivered rounds: retrieved rounds first (by rank), then neighbours."""
-        rank = {key: i for i, key in enumerate(k for b in blocks for k in b.metadata.get(BLOCK_MATCHED, []))}
+        """Images with pixels of the delivered rounds: retrieved rounds first (best fused score
+        first, so a tight budget keeps the best match), then neighbours."""
+        scores = {key: info.get("fused_score", 0.0) for b in blocks for key, info in b.metadata.get(EXPLAIN_KEY, {}).items()}
+        rank = {key: i for i, key in enumerate(sorted(scores, key=lambda k: -scores[k]))}
         members = [rounds[r] for b in blocks for r in _member_ids(b) if r in rounds]
         order = sorted(members, key=lambda n: rank.get(n.metadata[schema.ROUND_KEY], len(rank)))
         found = self.index.images_near(order, 0)

@@ -35,6 +35,7 @@ from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, 
 from .store import Collection, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
 
 if TYPE_CHECKING:
+    from .chat_engine import VMemChatEngine
     from .query_engine import VMemQueryEngine
     from .retriever import VMemRetriever
 
@@ -455,6 +456,14 @@ class VMemIndex:
                        "image_budget"}
         engine_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in engine_keys}
         return VMemQueryEngine(retriever=self.as_retriever(llm=llm, **kwargs), llm=llm, **engine_kwargs)
+
+    def as_chat_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> "VMemChatEngine":
+        """Chat that retrieves with the user's text and attached image and appends each exchange as a
+        round; ``memory``, ``chat_history``, ``system_prompt``, ``session_id`` go to the chat engine,
+        the rest to ``as_query_engine``."""
+        from .chat_engine import VMemChatEngine
+
+        return VMemChatEngine.from_defaults(self, llm=llm, **kwargs)
 
     def close(self) -> None:
         """Release the store (shared stores close with their last handle); safe to call twice."""

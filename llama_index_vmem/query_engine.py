@@ -8,7 +8,8 @@ message whose blocks are the prompt text around the delivered content.
 from __future__ import annotations
 
 import asyncio
-from typing import List, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
@@ -25,6 +26,15 @@ from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, 
 from .retriever import RetrievalResult, VMemRetriever
 
 _NO_DESCRIPTION = "an image (no description was given)"
+
+
+@dataclass
+class AnswerRequest:
+    """One answer call, ready to send: the prompt message, the delivered blocks' nodes, and why."""
+
+    message: ChatMessage
+    nodes: List[NodeWithScore]
+    metadata: Dict[str, Any]
 
 
 class VMemQueryEngine(BaseQueryEngine):
@@ -88,15 +98,14 @@ class VMemQueryEngine(BaseQueryEngine):
             caption=match.payload.get(schema.CAPTION, ""),
         )
 
-    def _query(self, query_bundle: QueryBundle) -> Response:
+    def prepare(self, query_bundle: QueryBundle) -> AnswerRequest:
+        """Everything of an answer but the LLM call, so a chat engine can send it after its history."""
         result = self.retriever.retrieve_with_plan(query_bundle)
         nodes = self.postprocessor.postprocess_nodes(result.nodes, query_bundle)
         prompt = self._prompts["conflict_prompt" if result.plan.answer_prompt == "conflict" else "answer_prompt"]
-        message = ChatMessage(role=MessageRole.USER, blocks=self._content(prompt, query_bundle, result, nodes))
-        answer = self.llm.chat([message]).message.content or ""
-        return Response(
-            response=answer.strip(),
-            source_nodes=nodes,
+        return AnswerRequest(
+            message=ChatMessage(role=MessageRole.USER, blocks=self._content(prompt, query_bundle, result, nodes)),
+            nodes=nodes,
             metadata={
                 "case": result.plan.case.value,
                 "answer_prompt": result.plan.answer_prompt,
@@ -105,6 +114,11 @@ class VMemQueryEngine(BaseQueryEngine):
                 "delivery": self.deliverer.mode.value,
             },
         )
+
+    def _query(self, query_bundle: QueryBundle) -> Response:
+        request = self.prepare(query_bundle)
+        answer = self.llm.chat([request.message]).message.content or ""
+        return Response(response=answer.strip(), source_nodes=request.nodes, metadata=request.metadata)
 
     async def _aquery(self, query_bundle: QueryBundle) -> Response:
         return await asyncio.to_thread(self._query, query_bundle)

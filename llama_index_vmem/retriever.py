@@ -182,6 +182,9 @@ class VMemRetriever(BaseRetriever):
                 "neighbor_window": plan.neighbor_window,
                 "match": "retrieved",
             }
+            for excluded in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):
+                if EXPLAIN_KEY not in excluded:
+                    excluded.append(EXPLAIN_KEY)  # for engines that print metadata, such as ContextChatEngine
             return NodeWithScore(node=node, score=fused.score)
 
         if not plan.round_level:  # ablation: bare units

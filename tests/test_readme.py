@@ -10,7 +10,7 @@ import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: README sections whose examples must run; they continue from the quick start (``index``, ``llm``).
-SECTIONS = ["Many users on a Qdrant server", "Export, import and forget"]
+SECTIONS = ["Memory block", "Chat engine", "Agent", "Many users on a Qdrant server", "Export, import and forget"]
 
 
 def _examples(section: str) -> list:

@@ -1,0 +1,210 @@
+"""``VMemChatEngine``: chat over a V-Mem memory that sees the user's attached image and remembers.
+
+Each turn retrieves with the user's text and attached image (V-Mem's routed cases), sends the
+query engine's answer prompt with delivered context after the chat history, and appends the
+finished exchange to the memory as a new round, so later turns and later sessions recall it.
+LlamaIndex's ``ContextChatEngine`` over ``index.as_retriever()`` retrieves with the text alone and
+writes nothing to the memory.
+
+The chat history keeps the text of each exchange: a past image comes back through the memory, in
+the engine's delivery mode (text, or labelled pixels), so a text-only model is never sent pixels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponseAsyncGen,
+    ChatResponseGen,
+    ImageBlock,
+    MessageRole,
+)
+from llama_index.core.chat_engine.types import (
+    AgentChatResponse,
+    BaseChatEngine,
+    StreamingAgentChatResponse,
+)
+from llama_index.core.llms import LLM
+from llama_index.core.memory import BaseMemory, Memory
+from llama_index.core.types import Thread
+
+from . import images as image_io
+from .errors import VMemInputError
+from .index import VMemIndex
+from .memory_block import message_text, query_from_message, today
+from .query_engine import AnswerRequest, VMemQueryEngine
+
+
+class VMemChatEngine(BaseChatEngine):
+    """Chat with long-term multimodal memory: ``chat(message, image_path=None, image_caption=None)``.
+
+    ``message`` is a string or a ``ChatMessage`` (an ``ImageBlock`` in it is the attached image,
+    ``additional_kwargs["image_captions"]`` its caption); ``image_path=`` (a path or URL) attaches
+    an image to a string message. ``reset()`` starts a new conversation; the memory keeps its rounds.
+    """
+
+    def __init__(
+        self,
+        index: VMemIndex,
+        query_engine: VMemQueryEngine,
+        memory: BaseMemory,
+        system_prompt: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        self.index = index
+        self.query_engine = query_engine
+        self.session_id = session_id
+        self._llm: LLM = query_engine.llm
+        self._memory = memory
+        self._prefix = [ChatMessage(role=self._llm.metadata.system_role, content=system_prompt)] if system_prompt else []
+
+    @classmethod
+    def from_defaults(
+        cls,
+        index: VMemIndex,
+        llm: LLM | None = None,
+        memory: BaseMemory | None = None,
+        chat_history: list[ChatMessage] | None = None,
+        system_prompt: str | None = None,
+        session_id: str | None = None,
+        **query_engine_kwargs: Any,
+    ) -> VMemChatEngine:
+        """``query_engine_kwargs`` go to ``index.as_query_engine`` (``delivery``, ``image_budget``, ``k``, ...)."""
+        query_engine = index.as_query_engine(llm=llm, **query_engine_kwargs)
+        memory = memory or Memory.from_defaults(
+            chat_history=chat_history, token_limit=query_engine.llm.metadata.context_window - 256
+        )
+        return cls(index, query_engine, memory, system_prompt=system_prompt, session_id=session_id)
+
+    @property
+    def chat_history(self) -> list[ChatMessage]:
+        return self._memory.get_all()
+
+    def reset(self) -> None:
+        self._memory.reset()
+
+    # -- one turn -----------------------------------------------------------------------------
+
+    def _prepare(self, user: ChatMessage, history: list[ChatMessage]) -> tuple[AnswerRequest, list[ChatMessage]]:
+        """Retrieval with the user's text and image, and the LLM input: the history, then the answer prompt."""
+        request = self.query_engine.prepare(query_from_message(self.index, user))
+        return request, [*self._prefix, *history, request.message]
+
+    def _remember(self, user: ChatMessage, answer: str) -> None:
+        """The exchange becomes a round of the memory (with the user's image)."""
+        reply = ChatMessage(role=MessageRole.ASSISTANT, content=answer)
+        self.index.add_messages([user, reply], session_id=self.session_id, timestamp=today())
+
+    def chat(
+        self,
+        message: str | ChatMessage,
+        chat_history: list[ChatMessage] | None = None,
+        image_path: str | None = None,
+        image_caption: str | None = None,
+    ) -> AgentChatResponse:
+        user = _user_message(message, image_path, image_caption)
+        if chat_history is not None:
+            self._memory.set(chat_history)
+        request, llm_input = self._prepare(user, self._memory.get())
+        answer = (self._llm.chat(llm_input).message.content or "").strip()
+        self._memory.put_messages([_text_only(user), ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
+        self._remember(user, answer)
+        return AgentChatResponse(response=answer, source_nodes=request.nodes, metadata=request.metadata)
+
+    async def achat(
+        self,
+        message: str | ChatMessage,
+        chat_history: list[ChatMessage] | None = None,
+        image_path: str | None = None,
+        image_caption: str | None = None,
+    ) -> AgentChatResponse:
+        user = _user_message(message, image_path, image_caption)
+        if chat_history is not None:
+            await self._memory.aset(chat_history)
+        request, llm_input = await asyncio.to_thread(self._prepare, user, await self._memory.aget())
+        answer = ((await self._llm.achat(llm_input)).message.content or "").strip()
+        await self._memory.aput_messages([_text_only(user), ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
+        await asyncio.to_thread(self._remember, user, answer)
+        return AgentChatResponse(response=answer, source_nodes=request.nodes, metadata=request.metadata)
+
+    def stream_chat(
+        self,
+        message: str | ChatMessage,
+        chat_history: list[ChatMessage] | None = None,
+        image_path: str | None = None,
+        image_caption: str | None = None,
+    ) -> StreamingAgentChatResponse:
+        """The round is appended when the stream ends, whether or not the caller reads it."""
+        user = _user_message(message, image_path, image_caption)
+        if chat_history is not None:
+            self._memory.set(chat_history)
+        request, llm_input = self._prepare(user, self._memory.get())
+        stream = self._llm.stream_chat(llm_input)
+        self._memory.put(_text_only(user))
+
+        def remembered() -> ChatResponseGen:
+            answer = ""
+            for chunk in stream:
+                answer += chunk.delta or ""
+                yield chunk
+            self._remember(user, answer.strip())
+
+        response = StreamingAgentChatResponse(chat_stream=remembered(), source_nodes=request.nodes)
+        response.write_response_to_history_thread = Thread(target=response.write_response_to_history, args=(self._memory,))
+        response.write_response_to_history_thread.start()
+        return response
+
+    async def astream_chat(
+        self,
+        message: str | ChatMessage,
+        chat_history: list[ChatMessage] | None = None,
+        image_path: str | None = None,
+        image_caption: str | None = None,
+    ) -> StreamingAgentChatResponse:
+        """The round is appended when the stream ends, whether or not the caller reads it."""
+        user = _user_message(message, image_path, image_caption)
+        if chat_history is not None:
+            await self._memory.aset(chat_history)
+        request, llm_input = await asyncio.to_thread(self._prepare, user, await self._memory.aget())
+        stream = await self._llm.astream_chat(llm_input)
+        await self._memory.aput(_text_only(user))
+
+        async def remembered() -> ChatResponseAsyncGen:
+            answer = ""
+            async for chunk in stream:
+                answer += chunk.delta or ""
+                yield chunk
+            await asyncio.to_thread(self._remember, user, answer.strip())
+
+        response = StreamingAgentChatResponse(achat_stream=remembered(), source_nodes=request.nodes)
+        response.awrite_response_to_history_task = asyncio.create_task(response.awrite_response_to_history(self._memory))
+        return response
+
+
+def _user_message(message: str | ChatMessage, image_path: str | None, image_caption: str | None) -> ChatMessage:
+    """The user's turn as one message: ``image_path`` becomes its ``ImageBlock``, ``image_caption`` that
+    image's caption, as ``add_messages`` reads them."""
+    if isinstance(message, ChatMessage):
+        user = message.model_copy(deep=True)
+    else:
+        user = ChatMessage(role=MessageRole.USER, content=message)
+    attached = any(isinstance(b, ImageBlock) for b in user.blocks)
+    if image_path is not None:
+        if attached:
+            raise VMemInputError("image_path", "the message already has an ImageBlock; attach the image one way")
+        try:
+            user.blocks.append(ImageBlock(url=image_path) if image_io.is_url(image_path) else ImageBlock(path=image_path))
+        except ValueError as e:  # pydantic's: the file does not exist
+            raise VMemInputError("image_path", f"{image_path}: {e}") from None
+    if image_caption is not None:
+        if not attached and image_path is None:
+            raise VMemInputError("image_caption", "describes an attached image, but none is attached")
+        user.additional_kwargs = {**user.additional_kwargs, "image_captions": [image_caption]}
+    return user
+
+
+def _text_only(user: ChatMessage) -> ChatMessage:
+    return ChatMessage(role=MessageRole.USER, content=message_text(user))

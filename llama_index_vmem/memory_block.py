@@ -1,0 +1,197 @@
+"""``VMemMemoryBlock``: V-Mem as the long-term block of LlamaIndex's ``Memory`` (agents, chat engines).
+
+``Memory`` keeps the latest messages verbatim and flushes the oldest into its blocks. This block
+stores what is flushed as rounds (images and audio transcripts included) and, on every turn,
+recalls the rounds relevant to the latest user message -- its text and its attached image -- as
+delivered content: text, or text with labelled pixels.
+
+``Memory`` flushes whatever is oldest, so a flush may hold system and tool messages, tool-call
+steps, or a reply whose user message went in an earlier flush. Nothing of that may break a chat:
+what V-Mem cannot store is logged and left out, never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.base.llms.types import (
+    AudioBlock,
+    ChatMessage,
+    ContentBlock,
+    ImageBlock,
+    MessageRole,
+    TextBlock,
+)
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.llms import LLM
+from llama_index.core.memory.memory import BaseMemoryBlock
+from llama_index.core.schema import NodeWithScore
+
+from . import images as image_io
+from .delivery import Deliverer, DeliveryMode, ImageBudget
+from .errors import VMemInputError
+from .index import VMemIndex
+from .postprocessor import NeighborRoundPostprocessor
+from .retriever import VMemRetriever
+from .schema import VMemQueryBundle
+
+logger = logging.getLogger(__name__)
+
+_ASSISTANT_ROLES = (MessageRole.ASSISTANT, MessageRole.CHATBOT, MessageRole.MODEL)
+_STORED_BLOCKS = (TextBlock, ImageBlock, AudioBlock)
+
+
+class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
+    """Long-term multimodal memory for ``Memory.from_defaults(memory_blocks=[VMemMemoryBlock(index=...)])``.
+
+    ``delivery`` is ``"text"`` (default) or ``"pixels"``. ``Memory`` puts blocks into the system
+    message by default, where most chat APIs take no images: with pixels, pass
+    ``Memory.from_defaults(..., insert_method="user")``. ``llm`` writes the anchors of cross-modal
+    questions (default: the index's LLM; without one, anchors fall back to the raw question).
+    Rounds are stored under ``session_id``, stamped with the day they were flushed.
+    """
+
+    name: str = Field(default="long_term_memory", description="The memory block's name (its tag in the prompt).")
+    index: VMemIndex = Field(exclude=True, description="The V-Mem memory rounds are stored in and recalled from.")
+    llm: LLM | None = Field(default=None, exclude=True, description="Writes anchors; default: the index's LLM.")
+    delivery: DeliveryMode = Field(default=DeliveryMode.TEXT, description="text or pixels.")
+    image_budget: ImageBudget | None = Field(default=None, description="Cap on delivered images (pixels).")
+    session_id: str | None = Field(default=None, description="Session the flushed rounds are stored under.")
+    _retriever: VMemRetriever = PrivateAttr()
+    _postprocessor: NeighborRoundPostprocessor = PrivateAttr()
+    _deliverer: Deliverer = PrivateAttr()
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._retriever = self.index.as_retriever(llm=self.llm or self.index.llm)
+        self._postprocessor = NeighborRoundPostprocessor(self.index)
+        self._deliverer = Deliverer(self.index, self.delivery, self.image_budget)
+
+    async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> list[ContentBlock]:
+        user = latest_user_message(messages or [])
+        if user is None or len(self.index) == 0:
+            return []
+        return await asyncio.to_thread(self._recall, user)
+
+    def _recall(self, message: ChatMessage) -> list[ContentBlock]:
+        try:
+            nodes = self._retrieve(query_from_message(self.index, message))
+        except VMemInputError as e:  # a broken attachment must not break the turn
+            logger.warning("recalling with the text only: %s", e)
+            nodes = self._retrieve(VMemQueryBundle(message_text(message)))
+        # No query here: the attachment is already in the user's message, so it is not delivered twice.
+        return [_inline(b) for b in self._deliverer.deliver(nodes)] if nodes else []
+
+    def _retrieve(self, query: VMemQueryBundle) -> list[NodeWithScore]:
+        if not query.query_str and not query.image_path:
+            return []
+        return self._postprocessor.postprocess_nodes(self._retriever.retrieve_with_plan(query).nodes, query)
+
+    async def _aput(self, messages: list[ChatMessage]) -> None:
+        for exchange in _exchanges(messages):
+            await asyncio.to_thread(self._store, exchange)
+
+    def _store(self, exchange: list[ChatMessage]) -> None:
+        """One round per exchange. One V-Mem cannot store whole (a corrupt image, audio without a
+        transcript) is stored as its text; one without any text is dropped with a warning."""
+        stamp = {"session_id": self.session_id, "timestamp": today()}
+        try:
+            self.index.add_messages(exchange, **stamp)
+            return
+        except VMemInputError as e:
+            logger.warning("storing a flushed exchange as text only: %s", e)
+        text_only = [ChatMessage(role=m.role, blocks=[b for b in m.blocks if isinstance(b, TextBlock)]) for m in exchange]
+        try:
+            self.index.add_messages(text_only, **stamp)
+        except VMemInputError as e:
+            logger.warning("not stored: a flushed exchange with nothing V-Mem can keep: %s", e)
+
+
+def _exchanges(messages: list[ChatMessage]) -> list[list[ChatMessage]]:
+    """Flushed messages as the ``[user, assistant]`` pairs ``add_messages`` takes; a reply without its
+    user message (flushed earlier, or a second reply) becomes a round of its own."""
+    out: list[list[ChatMessage]] = []
+    for i, message in enumerate(messages):
+        kept = _storable(i, message)
+        if kept is None:
+            continue
+        if kept.role == MessageRole.USER:
+            out.append([kept])
+        elif out and len(out[-1]) == 1:
+            out[-1].append(kept)
+        else:
+            out.append([ChatMessage(role=MessageRole.USER, content=""), kept])
+    return out
+
+
+def _storable(i: int, message: ChatMessage) -> ChatMessage | None:
+    """The message as V-Mem stores it: user or assistant, text, image and audio blocks only."""
+    if message.role != MessageRole.USER and message.role not in _ASSISTANT_ROLES:
+        logger.info("not stored: flushed %s message %d %.80r", message.role.value, i, message.content)
+        return None
+    blocks = [b for b in message.blocks if isinstance(b, _STORED_BLOCKS)]
+    skipped = [type(b).__name__ for b in message.blocks if not isinstance(b, _STORED_BLOCKS)]
+    if skipped:
+        logger.info("not stored: %s of flushed message %d", ", ".join(skipped), i)
+    if not any(not isinstance(b, TextBlock) or b.text.strip() for b in blocks):
+        logger.info("not stored: flushed %s message %d has no text, image or audio", message.role.value, i)
+        return None
+    role = MessageRole.USER if message.role == MessageRole.USER else MessageRole.ASSISTANT
+    return ChatMessage(role=role, blocks=blocks, additional_kwargs=message.additional_kwargs)
+
+
+def latest_user_message(messages: list[ChatMessage]) -> ChatMessage | None:
+    """The message to recall for. ``Memory.aget(input=text)`` appends the text again as a new message,
+    without the image: then the stored message with the same text and its image is the one."""
+    users = [m for m in messages if m.role == MessageRole.USER]
+    if len(users) > 1 and not _image(users[-1]) and message_text(users[-1]) == message_text(users[-2]):
+        return users[-2]
+    return users[-1] if users else None
+
+
+def message_text(message: ChatMessage) -> str:
+    return "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and b.text.strip())
+
+
+def query_from_message(index: VMemIndex, message: ChatMessage) -> VMemQueryBundle:
+    """The question a user message asks: its text, its first image and that image's caption
+    (``additional_kwargs["image_captions"]``, as ``add_messages`` reads it)."""
+    block = _image(message)
+    if block is None:
+        return VMemQueryBundle(message_text(message))
+    captions = (message.additional_kwargs or {}).get("image_captions") or [None]
+    return VMemQueryBundle(message_text(message), image_path=_local_image(index, block), image_caption=captions[0])
+
+
+def _image(message: ChatMessage) -> ImageBlock | None:
+    return next((b for b in message.blocks if isinstance(b, ImageBlock) and (b.path or b.url or b.image)), None)
+
+
+def _local_image(index: VMemIndex, block: ImageBlock) -> str:
+    """A file of the attached image: retrieval encodes it and pixel delivery stamps a copy of it.
+    Bytes and URLs are validated and kept once by content hash beside the memory's images."""
+    if block.path is not None:
+        return str(block.path)
+    item = "attached image"
+    data = block.resolve_image(as_base64=False).read() if block.image is not None else None
+    raw = image_io.read_source(item, data=data, url=None if data is not None else str(block.url), fence=index.image_fence)
+    return str(image_io.save(image_io.validate(item, raw), index.image_dir / "attached"))
+
+
+def _inline(block: ContentBlock) -> ContentBlock:
+    """A delivered image keeps its path and also carries its bytes as a data URL: ``Memory``'s template
+    reads images through banks, which opens files only under ``BANKS_MEDIA_ROOT`` (default: the
+    working directory) but passes data URLs through."""
+    if not isinstance(block, ImageBlock) or block.path is None:
+        return block
+    data = base64.b64encode(Path(block.path).read_bytes()).decode()
+    return ImageBlock(path=block.path, url=f"data:{block.image_mimetype};base64,{data}", image_mimetype=block.image_mimetype)
+
+
+def today() -> str:
+    """When a round is stored, as its timestamp: block headers then say when it was seen."""
+    return datetime.now().astimezone().date().isoformat()

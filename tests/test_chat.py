@@ -1,0 +1,307 @@
+"""Chat and agents: the Memory block, the chat engine, the stock ContextChatEngine, the agent example."""
+
+import asyncio
+import importlib.util
+import logging
+from pathlib import Path
+
+import pytest
+from conftest import ScriptedLLM
+from llama_index.core.base.llms.types import (
+    AudioBlock,
+    ChatMessage,
+    CompletionResponse,
+    ImageBlock,
+    MessageRole,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+)
+from llama_index.core.chat_engine import ContextChatEngine
+from llama_index.core.memory import Memory
+
+from llama_index_vmem import (
+    ImageBudget,
+    VMemChatEngine,
+    VMemConfig,
+    VMemInputError,
+    VMemMemoryBlock,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+class StreamingLLM(ScriptedLLM):
+    """Streams its scripted reply word by word, with deltas, as real LLMs do."""
+
+    def stream_complete(self, prompt, formatted=False, **kwargs):
+        self.prompts.append(prompt)
+        text = ""
+        for i, word in enumerate(self._reply(prompt).split(" ")):
+            delta = word if i == 0 else f" {word}"
+            text += delta
+            yield CompletionResponse(text=text, delta=delta)
+
+
+def _memory(make_index, photos, **kwargs):
+    index = make_index(**kwargs)
+
+    def img(image_id, name, caption):
+        return {"image_id": image_id, "path": str(photos[name]), "caption": caption}
+
+    d1, d2 = {"session_id": "D1", "timestamp": "2024-06-17"}, {"session_id": "D2", "timestamp": "2024-07-01"}
+    index.add_rounds([
+        {**d1, "round_key": "D1:1", "user": "My cat is called Mochi.", "assistant": "Cute."},
+        {**d1, "round_key": "D1:2", "user": "Here she is.", "assistant": "A tabby!",
+         "images": [img("D1:IMG_001", "chelsea", "a tabby cat lying down")]},
+        {**d1, "round_key": "D1:3", "user": "Breakfast.", "assistant": "Yum.",
+         "images": [img("D1:IMG_002", "coffee", "a cup of coffee with latte art")]},
+        {**d2, "round_key": "D2:1", "user": "I moved to Lisbon.", "assistant": "Lovely city."},
+        {**d2, "round_key": "D2:2", "user": "Launch day!", "assistant": "Wow.",
+         "images": [img("D2:IMG_001", "rocket", "a rocket on a launch pad")]},
+    ])
+    return index
+
+
+def _rounds(index):
+    return [stored.round for stored in index.rounds(limit=1000)]
+
+
+# -- the Memory block -------------------------------------------------------------------------
+
+
+def test_memory_block_stores_what_memory_flushes_and_logs_what_it_leaves_out(make_index, photos, caplog):
+    index = make_index()
+    block = VMemMemoryBlock(index=index, delivery="text", session_id="S1")
+    user, assistant, wav = MessageRole.USER, MessageRole.ASSISTANT, b"RIFF....WAVEfmt "
+    flushed = [
+        ChatMessage(role=MessageRole.SYSTEM, content="You are helpful."),
+        ChatMessage(role=assistant, content="Your parcel arrived on Monday."),  # its user message went earlier
+        ChatMessage(role=user, blocks=[TextBlock(text="This is my cat Mochi."), ImageBlock(path=photos["chelsea"])],
+                    additional_kwargs={"image_captions": ["a tabby cat lying down"]}),
+        ChatMessage(role=assistant, blocks=[ThinkingBlock(content="cats..."), TextBlock(text="She is lovely.")]),
+        ChatMessage(role=user, content="What's the weather in Oslo?"),
+        ChatMessage(role=assistant, blocks=[ToolCallBlock(tool_call_id="1", tool_name="weather", tool_kwargs={})]),
+        ChatMessage(role=MessageRole.TOOL, content="12C and rain", additional_kwargs={"tool_call_id": "1"}),
+        ChatMessage(role=assistant, content="It is 12C and raining in Oslo."),
+        ChatMessage(role=user, blocks=[AudioBlock(audio=wav, format="wav")],
+                    additional_kwargs={"transcripts": ["I booked a flight to Lisbon for May."]}),
+        ChatMessage(role=assistant, content="Have a great trip!"),
+        ChatMessage(role=user, blocks=[TextBlock(text="Listen to my song."), AudioBlock(audio=wav, format="wav")]),
+        ChatMessage(role=user, content="Two user messages in a row."),
+    ]
+    with caplog.at_level(logging.INFO, logger="llama_index_vmem.memory_block"):
+        asyncio.run(block.aput(flushed, from_short_term_memory=True, session_id="memory-session"))
+    texts = [r.text for r in _rounds(index)]
+    assert texts == [
+        "Assistant: Your parcel arrived on Monday.",
+        "User: This is my cat Mochi.\n[Image S1:2:IMG_1] a tabby cat lying down\nAssistant: She is lovely.",
+        "User: What's the weather in Oslo?\nAssistant: It is 12C and raining in Oslo.",  # tool steps left out
+        "User: [Audio: I booked a flight to Lisbon for May.]\nAssistant: Have a great trip!",
+        "User: Listen to my song.",  # audio without a transcript: kept as its text
+        "User: Two user messages in a row.",
+    ]
+    assert _rounds(index)[1].metadata["image_ids"] == ["S1:2:IMG_1"]
+    assert all(r.metadata["session_id"] == "S1" and r.metadata["timestamp"] for r in _rounds(index))
+    log = caplog.text
+    assert "not stored: flushed system message 0" in log and "not stored: flushed tool message 6" in log
+    assert "not stored: ThinkingBlock of flushed message 3" in log
+    assert "not stored: ToolCallBlock of flushed message 5" in log
+    assert "storing a flushed exchange as text only" in log and "audio needs a transcript" in log
+
+
+def test_memory_block_recalls_with_the_attached_image(make_index, photos):
+    index = _memory(make_index, photos, config=VMemConfig(k=1, neighbor_window=0))  # only the best round
+    block = VMemMemoryBlock(index=index, delivery="pixels", image_budget=ImageBudget(max_images=4, max_side=128))
+
+    question = "Which picture in our chat is this?"
+
+    def shown(image: ImageBlock, *after: ChatMessage) -> str:
+        message = ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text=question), image])
+        content = asyncio.run(block.aget([ChatMessage(role=MessageRole.SYSTEM, content="hi"), message, *after]))
+        [i] = [i for i, b in enumerate(content) if isinstance(b, ImageBlock)]  # the attachment is not sent again
+        return content[i - 1].text.strip()
+
+    assert shown(ImageBlock(path=photos["coffee"])) == "[image D1:IMG_002]"
+    assert shown(ImageBlock(path=photos["rocket"])) == "[image D2:IMG_001]"
+    assert shown(ImageBlock(image=photos["chelsea"].read_bytes())) == "[image D1:IMG_001]"  # bytes, not a path
+    # Memory.aget(input=...) appends the question again without its image: the image is still used.
+    assert shown(ImageBlock(path=photos["rocket"]), ChatMessage(role=MessageRole.USER, content=question)) == "[image D2:IMG_001]"
+
+
+def test_memory_flushes_an_image_turn_into_the_block_and_recalls_its_pixels(make_index, photos):
+    index = make_index()
+    block = VMemMemoryBlock(index=index, delivery="pixels")
+    memory = Memory.from_defaults(token_limit=400, insert_method="user", memory_blocks=[block])
+    cat = ImageBlock(path=photos["chelsea"])
+    memory.put_messages([ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text="This is my cat Mochi."), cat]),
+                         ChatMessage(role=MessageRole.ASSISTANT, content="A lovely tabby.")])
+    assert len(index) == 0
+    memory.put(ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text="What is her name again?"), cat]))
+    assert len(index) == 1  # the image turn no longer fits the chat history: flushed into V-Mem
+    [message] = memory.get()  # the question, the recalled rounds put before its own blocks
+    text = "".join(b.text for b in message.blocks if isinstance(b, TextBlock))
+    assert "<long_term_memory>" in text and "User: This is my cat Mochi.\n[Image R1:IMG_1]" in text
+    assert text.endswith("What is her name again?")
+    recalled, own = [b for b in message.blocks if isinstance(b, ImageBlock)]
+    [labelled] = (index.image_dir / "delivered").iterdir()  # the stored photo's labelled copy, inlined
+    assert recalled.resolve_image(as_base64=False).read() == labelled.read_bytes()
+    assert own.path == photos["chelsea"]
+
+
+def test_memory_block_text_recall_and_empty_memory(make_index, photos, tmp_path):
+    index = _memory(make_index, photos)
+    block = VMemMemoryBlock(index=index, delivery="text")
+    [content] = asyncio.run(block.aget([ChatMessage(role=MessageRole.USER, content="Where did I move to?")]))
+    assert "[seen 2024-07-01, session D2, rounds D2:1 to D2:2]" in content.text and "I moved to Lisbon." in content.text
+    empty = VMemMemoryBlock(index=make_index(path=tmp_path / "empty"))
+    assert asyncio.run(empty.aget([ChatMessage(role=MessageRole.USER, content="Where did I move to?")])) == []
+    assert asyncio.run(block.aget([ChatMessage(role=MessageRole.ASSISTANT, content="Hello")])) == []
+
+
+# -- the chat engine --------------------------------------------------------------------------
+
+
+def test_chat_engine_recalls_an_earlier_turn_from_the_memory(make_index, photos):
+    index = _memory(make_index, photos)
+    llm = ScriptedLLM(default="Noted.")
+    engine = index.as_chat_engine(llm=llm, session_id="C1")
+    assert isinstance(engine, VMemChatEngine)
+    assert str(engine.chat("My sister Ingrid lives in Bergen and teaches violin.")) == "Noted."
+    assert len(index) == 6
+    engine.reset()  # a new conversation: the chat history is gone, the memory is not
+    assert engine.chat_history == []
+    engine.chat("What does my sister teach?")
+    prompt = llm.prompts[-1]
+    context = prompt[prompt.index("CONTEXT"):prompt.index("QUESTION: What does my sister teach?")]
+    assert "session C1, round C1:1]\nUser: My sister Ingrid lives in Bergen and teaches violin.\nAssistant: Noted." in context
+    assert [m.content for m in engine.chat_history] == ["What does my sister teach?", "Noted."]
+    assert len(index) == 7
+
+
+def test_chat_engine_sends_the_chat_history_before_the_answer_prompt(make_index, photos):
+    llm = ScriptedLLM(default="Sure.")
+    engine = _memory(make_index, photos).as_chat_engine(llm=llm, system_prompt="Be brief.")
+    engine.chat("Where did I move to?")
+    engine.chat("And what is my cat called?")
+    messages = llm.chats[-1]
+    assert [m.role for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[0].content == "Be brief." and messages[1].content == "Where did I move to?"
+    assert messages[-1].content.startswith("You are answering a question using a person’s conversation history.")
+
+
+def test_chat_engine_retrieves_with_the_attached_image(make_index, photos):
+    index = _memory(make_index, photos)
+    llm = ScriptedLLM(default="That is Mochi.")
+    engine = index.as_chat_engine(llm=llm, delivery="text")
+    response = engine.chat("What is the name of this animal?", image_path=str(photos["chelsea"]), image_caption="a striped cat")
+    assert response.metadata["case"] == "image+text->text"
+    assert ("It visually matches a conversation image: (D1:IMG_001 -- \"a tabby cat lying down\")") in llm.prompts[-1]
+    new_round = _rounds(index)[-1]
+    assert new_round.text == "User: What is the name of this animal?\n[Image R6:IMG_1] a striped cat\nAssistant: That is Mochi."
+    # The same image as an ImageBlock of a ChatMessage.
+    message = ChatMessage(role=MessageRole.USER,
+                          blocks=[TextBlock(text="Whose bowl is this?"), ImageBlock(path=photos["coffee"])])
+    assert engine.chat(message).metadata["case"] == "image+text->text"
+    assert "(D1:IMG_002 -- \"a cup of coffee with latte art\")" in llm.prompts[-1]
+    # Text alone takes the text route.
+    assert engine.chat("What is the name of my cat?").metadata["case"] == "text->text"
+    with pytest.raises(VMemInputError, match="image_path"):
+        engine.chat(message, image_path=str(photos["rocket"]))
+    with pytest.raises(VMemInputError, match="image_path"):
+        engine.chat("What is this?", image_path=str(photos["rocket"]) + ".missing")
+    with pytest.raises(VMemInputError, match="image_caption"):
+        engine.chat("What is this?", image_caption="a rocket")
+    assert len(index) == 8
+
+
+def test_chat_engine_pixels_delivery_sends_the_labelled_attachment(make_index, photos):
+    llm = ScriptedLLM(default="Mochi.")
+    engine = _memory(make_index, photos).as_chat_engine(llm=llm, delivery="pixels", image_budget=ImageBudget(2, 128))
+    engine.chat("What is the name of this animal?", image_path=str(photos["chelsea"]))
+    blocks = llm.chats[-1][-1].blocks
+    [i] = [i for i, b in enumerate(blocks) if isinstance(b, TextBlock) and "the user's ATTACHED picture]" in b.text]
+    assert isinstance(blocks[i + 1], ImageBlock)
+    assert "[image D1:IMG_001]" in "".join(b.text for b in blocks if isinstance(b, TextBlock))
+
+
+@pytest.mark.parametrize("mode", ["chat", "stream_chat", "achat", "astream_chat"])
+def test_every_chat_variant_appends_exactly_one_round(make_index, photos, mode):
+    index = _memory(make_index, photos)
+    llm = StreamingLLM(default="Her name is Mochi, a tabby.")
+    engine = index.as_chat_engine(llm=llm, session_id="S")
+
+    async def consume(response):
+        return "".join([d async for d in response.async_response_gen()])
+
+    async def run_async():
+        if mode == "achat":
+            return str(await engine.achat("What is my cat called?", image_path=str(photos["chelsea"])))
+        return await consume(await engine.astream_chat("What is my cat called?", image_path=str(photos["chelsea"])))
+
+    if mode == "chat":
+        answer = str(engine.chat("What is my cat called?", image_path=str(photos["chelsea"])))
+    elif mode == "stream_chat":
+        answer = "".join(engine.stream_chat("What is my cat called?", image_path=str(photos["chelsea"])).response_gen)
+    else:
+        answer = asyncio.run(run_async())
+    assert answer == "Her name is Mochi, a tabby."
+    assert len(index) == 6
+    [new] = [r for r in _rounds(index) if r.metadata["session_id"] == "S"]
+    assert new.text == "User: What is my cat called?\n[Image S:1:IMG_1]\nAssistant: Her name is Mochi, a tabby."
+    assert new.metadata["image_ids"] == ["S:1:IMG_1"]
+    assert [(m.role, m.content) for m in engine.chat_history] == [
+        (MessageRole.USER, "What is my cat called?"), (MessageRole.ASSISTANT, "Her name is Mochi, a tabby.")]
+
+
+# -- LlamaIndex's ContextChatEngine over the retriever ----------------------------------------
+
+
+def test_context_chat_engine_takes_the_retriever_for_text_only(make_index, photos):
+    index = _memory(make_index, photos)
+    llm = ScriptedLLM(default="You moved to Lisbon.")
+    stock = ContextChatEngine.from_defaults(retriever=index.as_retriever(), llm=llm)
+    response = stock.chat("Where did I move to?")
+    assert str(response) == "You moved to Lisbon."
+    assert "User: I moved to Lisbon." in llm.prompts[-1]
+    assert response.source_nodes[0].node.metadata["round_key"] == "D2:1"
+    # The difference: the stock engine retrieves with the text only and writes nothing to the memory.
+    nodes = stock.chat("What is the name of this animal?").source_nodes
+    assert nodes and {n.node.metadata["vmem"]["case"] for n in nodes} == {"text->text"}
+    assert len(index) == 5
+    vmem = index.as_chat_engine(llm=llm).chat("What is the name of this animal?", image_path=str(photos["chelsea"]))
+    assert vmem.metadata["case"] == "image+text->text"
+    assert len(index) == 6
+
+
+# -- the agent example ------------------------------------------------------------------------
+
+
+def _example(name):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_agent_example_recalls_turns_flushed_from_short_term_memory(make_index):
+    example = _example("agent")
+    index = make_index()
+    llm = ScriptedLLM({"user: Where does my sister live?": "Thought: I can answer without a tool.\nAnswer: In Bergen."},
+                      default="Thought: I can answer without a tool.\nAnswer: Noted.")
+    agent, memory = example.build_agent(index, llm, token_limit=80)
+    turns = ["My sister Ingrid lives in Bergen.", "I started learning the violin.", "My bike is red.",
+             "Where does my sister live?"]
+
+    async def converse():
+        return [await example.run(agent, memory, turn) for turn in turns]
+
+    assert asyncio.run(converse()) == ["Noted.", "Noted.", "Noted.", "In Bergen."]
+    # The first turns were flushed from the chat history into V-Mem ...
+    assert "User: My sister Ingrid lives in Bergen.\nAssistant: Thought: I can answer without a tool.\nAnswer: Noted." in [
+        r.text for r in _rounds(index)]
+    last = llm.prompts[-1]
+    history = last[last.index("## Current Conversation"):]
+    recalled = history[history.index("<long_term_memory>"):history.index("</long_term_memory>")]
+    assert "User: My sister Ingrid lives in Bergen." in recalled  # ... and came back through the memory block
+    assert "user: My sister Ingrid lives in Bergen." not in history.replace(recalled, "")
