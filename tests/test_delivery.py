@@ -160,3 +160,20 @@ def test_multimodal_context_chat_engine_receives_the_labelled_images(make_index,
     images = [b for b in llm.sent if isinstance(b, ImageBlock)]
     assert len(images) == 2
     assert "[image D1:IMG_001]" in "".join(b.text for b in llm.sent if isinstance(b, TextBlock))
+
+
+def test_a_tight_image_budget_keeps_the_best_match_not_the_earliest(make_index, photos):
+    llm = MockLLMWithChatMemoryOfLastCall()
+    engine = _memory(make_index, photos).as_query_engine(llm=llm, delivery="pixels", image_budget=ImageBudget(max_images=1))
+    response = engine.query(VMemQueryBundle("Which photo is this?", image_path=str(photos["chelsea"])))
+    cat_block = next(n.node for n in response.source_nodes if "D2:1" in n.node.metadata.get("vmem", {}))
+    assert cat_block.metadata["vmem"]["D2:1"]["ranks"]["visual"] == 1, "blocks come in time order, after D1's"
+    text = "".join(b.text for b in _sent(llm) if isinstance(b, TextBlock))
+    shown = re.findall(r"\[image (\S+)\]", text)
+    assert shown == ["D2:IMG_001"], "the cat round matches the cat photo best; earlier rounds' images wait"
+
+
+def test_the_retrievers_explanation_is_not_sent_to_stock_engines(make_index, photos):
+    nodes = _memory(make_index, photos).as_retriever().retrieve("Which photo shows the rocket?")
+    assert "vmem" in nodes[0].node.metadata
+    assert "vmem" not in nodes[0].node.get_content(metadata_mode="llm")
