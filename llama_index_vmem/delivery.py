@@ -113,7 +113,7 @@ class Deliverer:
         self.index = index
         self.mode = DeliveryMode(mode)
         self.budget = budget or ImageBudget()
-        self.cache_dir = Path(cache_dir) if cache_dir else index.image_dir / "delivered"
+        self.cache_dir = Path(cache_dir) if cache_dir else index.delivered_dir
 
     def deliver(self, nodes: List[NodeWithScore], query: Optional[QueryBundle] = None) -> List[ContentBlock]:
         if self.mode is DeliveryMode.TEXT:

@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TimeLike = Union[str, date, datetime]
-#: Labelled copies made for delivery; a cache, but it holds pixels, so forget clears it.
-DELIVERED_DIR = "delivered"
 
 
 @dataclass
@@ -108,7 +106,8 @@ def forget(index: "VMemIndex", selection: Selection) -> int:
     trash = index.image_dir.parent / f".forgetting-{uuid.uuid4().hex}"
     moved: List[Path] = []
     try:
-        for path in _unshared_images(index, snapshot[Collection.IMAGE], scope) + [index.image_dir / DELIVERED_DIR]:
+        # The caches of derived pixels go too: they may hold copies of what is forgotten.
+        for path in _unshared_images(index, snapshot[Collection.IMAGE], scope) + [index.delivered_dir, index.attached_dir]:
             if path.exists():
                 trash.mkdir(parents=True, exist_ok=True)
                 moved.append(path)

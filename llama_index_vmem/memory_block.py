@@ -179,7 +179,7 @@ def _local_image(index: VMemIndex, block: ImageBlock) -> str:
     item = "attached image"
     data = block.resolve_image(as_base64=False).read() if block.image is not None else None
     raw = image_io.read_source(item, data=data, url=None if data is not None else str(block.url), fence=index.image_fence)
-    return str(image_io.save(image_io.validate(item, raw), index.image_dir / "attached"))
+    return str(image_io.save(image_io.validate(item, raw), index.attached_dir))
 
 
 def _inline(block: ContentBlock) -> ContentBlock:

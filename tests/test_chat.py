@@ -144,7 +144,7 @@ def test_memory_flushes_an_image_turn_into_the_block_and_recalls_its_pixels(make
     assert "<long_term_memory>" in text and "User: This is my cat Mochi.\n[Image R1:IMG_1]" in text
     assert text.endswith("What is her name again?")
     recalled, own = [b for b in message.blocks if isinstance(b, ImageBlock)]
-    [labelled] = (index.image_dir / "delivered").iterdir()  # the stored photo's labelled copy, inlined
+    [labelled] = index.delivered_dir.iterdir()  # the stored photo's labelled copy, inlined
     assert recalled.resolve_image(as_base64=False).read() == labelled.read_bytes()
     assert own.path == photos["chelsea"]
 

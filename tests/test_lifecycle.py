@@ -7,6 +7,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from llama_index.core.llms import MockLLM
 
 from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle
 from llama_index_vmem.postprocessor import BLOCK_ROUNDS, NeighborRoundPostprocessor
@@ -115,6 +116,9 @@ def test_forget_a_session_a_time_range_and_everything(open_memory, photos):
     assert [r.round.metadata["round_key"] for r in index.rounds()] == ["D1:1", "D1:2", "D1:3"]
     assert index.forget(since="2024-06-17 09:04", until="2024-06-17 09:06") == 1
     assert [r.round.metadata["round_key"] for r in index.rounds()] == ["D1:1", "D1:3"]
+    index.as_query_engine(llm=MockLLM(), delivery="pixels").query(
+        VMemQueryBundle("Which photo is this?", image_path=str(photos["chelsea"])))
+    assert list(index.delivered_dir.iterdir()), "labelled copies were made"
     assert index.forget_all() == 2
     assert len(index) == 0 and all(index.store.count(c, index.scope()) == 0 for c in Collection)
     assert not [p for p in index.image_dir.rglob("*") if p.is_file()]
