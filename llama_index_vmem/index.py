@@ -469,6 +469,15 @@ class VMemIndex:
 
         return VMemChatEngine.from_defaults(self, llm=llm, **kwargs)
 
+    def optimize(self) -> None:
+        """After a bulk import into the embedded store: compact it into indexed segments.
+
+        Retrieval of one memory does not need it (searches go through the tenant index, about
+        3 ms at 100k rounds either way); it lowers a reopened store's memory (100k rounds: 2.1 ->
+        1.6 GB) and blocks writes for minutes. It covers the whole store, every memory in it.
+        """
+        self.store.optimize()
+
     def close(self) -> None:
         """Release the store (shared stores close with their last handle); safe to call twice."""
         if self._closed:

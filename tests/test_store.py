@@ -172,3 +172,15 @@ def test_server_gets_payload_indexes_for_scoping_and_ordering_once(tmp_path, min
     for m in memories:
         m.close()
     assert client.get_collections().collections, "closing a memory leaves a client the caller passed in open"
+
+
+def test_optimize_keeps_every_answer(tmp_path, minilm, tiny_siglip, photos):
+    index = VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip)
+    try:
+        index.add_rounds(_rounds(photos, "Mochi"))
+        before = [[(n.node.node_id, round(n.score, 6)) for n in index.as_retriever().retrieve(q)] for q in QUESTIONS]
+        index.optimize()
+        after = [[(n.node.node_id, round(n.score, 6)) for n in index.as_retriever().retrieve(q)] for q in QUESTIONS]
+        assert after == before and len(index) == 4
+    finally:
+        index.close()

@@ -137,5 +137,8 @@ class LaneStore(abc.ABC):
     @abc.abstractmethod
     def delete(self, collection: Collection, scope: Scope) -> None: ...
 
+    def optimize(self) -> None:
+        """Compact the store after a bulk load; a server optimizes itself, so by default nothing."""
+
     @abc.abstractmethod
     def close(self) -> None: ...
