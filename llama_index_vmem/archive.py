@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Union
 
+from . import images as image_io
 from . import schema
 from .encoders.bm25 import Sparse
 from .errors import VMemInputError
@@ -35,21 +36,24 @@ def export_memory(index: "VMemIndex", path: Union[str, Path]) -> Path:
     path = Path(path)
     points = {c: index.store.points(c, index.scope()) for c in Collection}
     tmp = path.with_name(path.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for p in points[Collection.IMAGE]:
-            source = p.payload.get(schema.IMAGE_PATH)
-            if source and Path(source).exists():
-                name = f"{IMAGES}/{Path(source).name}"
-                if name not in archive.namelist():
-                    archive.write(source, name)
-        document = {
-            "format": FORMAT,
-            "memory_id": index.memory_id,
-            "encoders": index.manifest(),
-            "collections": {c.value: [_point_to_json(p) for p in points[c]] for c in Collection},
-        }
-        archive.writestr(MEMORY_JSON, json.dumps(document))
-    tmp.replace(path)
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for p in points[Collection.IMAGE]:
+                source = p.payload.get(schema.IMAGE_PATH)
+                if source and Path(source).exists():
+                    name = f"{IMAGES}/{Path(source).name}"
+                    if name not in archive.namelist():
+                        archive.write(source, name)
+            document = {
+                "format": FORMAT,
+                "memory_id": index.memory_id,
+                "encoders": index.manifest(),
+                "collections": {c.value: [_point_to_json(p) for p in points[c]] for c in Collection},
+            }
+            archive.writestr(MEMORY_JSON, json.dumps(document))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
     logger.info("memory %s: exported %d rounds to %s", index.memory_id, len(points[Collection.ROUNDS]), path)
     return path
 
@@ -60,7 +64,8 @@ class Archive:
 
     path: Path
     document: Dict[str, Any]
-    images: Dict[str, bytes]
+    #: Image files by name; each name is its content's hash, checked on reading.
+    images: Dict[str, image_io.LoadedImage]
 
     @property
     def memory_id(self) -> str:
@@ -68,16 +73,31 @@ class Archive:
 
 
 def read_archive(path: Union[str, Path]) -> Archive:
+    """Read and check an archive: images are validated like any user image (size, decoding) and
+    must be named by their content, so a crafted file cannot pass for another picture."""
     path = Path(path)
     try:
         with zipfile.ZipFile(path) as archive:
             document = json.loads(archive.read(MEMORY_JSON))
-            images = {Path(n).name: archive.read(n) for n in archive.namelist() if n.startswith(f"{IMAGES}/")}
+            images = {}
+            for info in archive.infolist():
+                if info.filename.startswith(f"{IMAGES}/") and not info.is_dir():
+                    images[Path(info.filename).name] = _image(path, archive, info)
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
         raise VMemInputError(f"archive {path}", f"is not a memory archive ({e})") from e
     if document.get("format") != FORMAT:
         raise VMemInputError(f"archive {path}", f"has format {document.get('format')!r}; this version reads {FORMAT}")
     return Archive(path, document, images)
+
+
+def _image(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> image_io.LoadedImage:
+    item = f"archive {path} image {info.filename}"
+    if info.file_size > image_io.MAX_IMAGE_BYTES:
+        raise VMemInputError(item, f"is {info.file_size} bytes, over the {image_io.MAX_IMAGE_BYTES} limit")
+    loaded = image_io.validate(item, archive.read(info))
+    if Path(info.filename).name != f"{loaded.sha256}.{loaded.extension}":
+        raise VMemInputError(item, "is not named by its content's hash")
+    return loaded
 
 
 def import_memory(index: "VMemIndex", archive: Archive) -> int:
@@ -87,18 +107,20 @@ def import_memory(index: "VMemIndex", archive: Archive) -> int:
                              f"was encoded with {archive.document['encoders']}; this store uses {index.manifest()}")
     if len(index):
         raise VMemInputError(f"memory {index.memory_id}", "already holds rounds; import into an empty memory")
-    points = {c: [_point_from_json(p) for p in archive.document["collections"][c.value]] for c in Collection}
-    rehome = _Rehome(index, points[Collection.ROUNDS] + points[Collection.TEXT] + points[Collection.IMAGE])
+    try:
+        points = {c: [_point_from_json(p) for p in archive.document["collections"][c.value]] for c in Collection}
+        rehome = _Rehome(index, archive, points[Collection.ROUNDS] + points[Collection.TEXT] + points[Collection.IMAGE])
+        rehomed = {c: [rehome(p) for p in points[c]] for c in Collection}
+    except (KeyError, TypeError, ValueError) as e:
+        raise VMemInputError(f"archive {archive.path}", f"has a malformed point ({e!r})") from e
     written: List[Path] = []
     try:
-        index.image_dir.mkdir(parents=True, exist_ok=True)
-        for name, data in archive.images.items():
-            target = index.image_dir / name
+        for loaded in archive.images.values():
+            target = index.image_dir / f"{loaded.sha256}.{loaded.extension}"
             if not target.exists():
-                target.write_bytes(data)
-                written.append(target)
+                written.append(image_io.save(loaded, index.image_dir))
         for c in (Collection.TEXT, Collection.IMAGE, Collection.ROUNDS):
-            index.store.upsert(c, [rehome(p) for p in points[c]])
+            index.store.upsert(c, rehomed[c])
     except BaseException:
         for c in (Collection.ROUNDS, Collection.IMAGE, Collection.TEXT):
             index.store.delete(c, index.scope())
@@ -112,8 +134,9 @@ def import_memory(index: "VMemIndex", archive: Archive) -> int:
 class _Rehome:
     """Rewrites archived points for the importing memory: ids, links, memory id, image paths."""
 
-    def __init__(self, index: "VMemIndex", points: List[PointData]) -> None:
+    def __init__(self, index: "VMemIndex", archive: Archive, points: List[PointData]) -> None:
         self.index = index
+        self.archive = archive
         self.ids: Dict[str, str] = {}
         for p in points:
             key = p.payload[schema.ROUND_KEY]
@@ -124,12 +147,15 @@ class _Rehome:
     def __call__(self, p: PointData) -> PointData:
         payload = dict(p.payload, **{schema.MEMORY_ID: self.index.memory_id})
         payload[schema.ROUND_ID] = self.ids[payload[schema.ROUND_ID]]
-        if payload.get(schema.PREV_ROUND_ID):
-            payload[schema.PREV_ROUND_ID] = self.ids[payload[schema.PREV_ROUND_ID]]
+        if payload.get(schema.PREV_ROUND_ID):  # a link to a round that is not archived leads nowhere
+            payload[schema.PREV_ROUND_ID] = self.ids.get(payload[schema.PREV_ROUND_ID])
         if schema.UNIT_IDS in payload:
             payload[schema.UNIT_IDS] = [self.ids[u] for u in payload[schema.UNIT_IDS]]
         if payload.get(schema.IMAGE_PATH):
-            payload[schema.IMAGE_PATH] = str(self.index.image_dir / Path(payload[schema.IMAGE_PATH]).name)
+            name = Path(payload[schema.IMAGE_PATH]).name
+            if name not in self.archive.images:
+                raise ValueError(f"image {name!r} of point {p.id} is not in the archive")
+            payload[schema.IMAGE_PATH] = str(self.index.image_dir / name)
         return PointData(self.ids[p.id], payload, p.vectors)
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from dataclasses import replace
 import logging
 import tempfile
 import threading
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import ChatMessage
@@ -41,13 +41,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_write_locks: Dict[Tuple[int, str], threading.Lock] = {}
+_write_locks: Dict[Tuple[Hashable, str], threading.Lock] = {}
 _write_locks_guard = threading.Lock()
 
 
 def _write_lock(store: LaneStore, memory_id: str) -> threading.Lock:
+    """One lock per stored memory in this process, shared by every handle open on it."""
     with _write_locks_guard:
-        return _write_locks.setdefault((id(store), memory_id), threading.Lock())
+        return _write_locks.setdefault((store.identity, memory_id), threading.Lock())
 
 
 class VMemIndex:
@@ -90,6 +91,7 @@ class VMemIndex:
         store.ensure_collections(self._dims(), self.manifest())
         with _write_lock(store, memory_id):
             self._sweep_unfinished(store.max_seq(self.scope()))
+            lifecycle.sweep_trash(self)
 
     @classmethod
     def from_defaults(
@@ -496,8 +498,8 @@ class VMemIndex:
 
 
 def _check_memory_id(memory_id: Any) -> None:
-    if not isinstance(memory_id, str) or not memory_id:
-        raise VMemInputError("memory_id", f"must be a non-empty string, got {memory_id!r}")
+    if not isinstance(memory_id, str) or not memory_id or "\x00" in memory_id:
+        raise VMemInputError("memory_id", f"must be a non-empty string without NUL, got {memory_id!r}")
 
 
 def _round_payload(p: ParsedRound) -> Dict[str, Any]:

@@ -1,21 +1,22 @@
 """The life of a memory: list its rounds in order, and forget rounds all or nothing.
 
-Qdrant has no transaction across collections, so ``forget`` snapshots everything it changes
-(points with their vectors, the neighbour links it rewrites, the image files it removes) and puts
-it all back if any step fails. Rounds are deleted before their units, so even a process killed
-mid-forget never leaves a round that is missing units (units without a round are invisible and
-are swept on the memory's next write).
+Qdrant has no transaction across collections, so ``forget`` snapshots the points it changes
+(with their vectors, and the neighbour links it rewrites) and puts them back if any step fails,
+including moving its image files aside. Round records go first and files last, so a process
+killed mid-forget never leaves a round missing its units or its pictures; what it leaves is
+invisible (units without a round) or swept when the memory is next opened (files moved aside).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Union
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from dateutil import parser as dateparser
 from llama_index.core.schema import TextNode
@@ -26,10 +27,16 @@ from .store import Collection, Hit, PointData, Scope
 
 if TYPE_CHECKING:
     from .index import VMemIndex
+    from .store import LaneStore
 
 logger = logging.getLogger(__name__)
 
 TimeLike = Union[str, date, datetime]
+#: A kept round's record before and after ``forget`` points its link past the removed rounds.
+Relink = Tuple[PointData, PointData]
+#: Folder, inside a memory's image folder, where ``forget`` moves files before deleting them.
+TRASH_PREFIX = ".forgetting-"
+_YEAR = re.compile(r"(?<!\d)\d{4}(?!\d)")
 
 
 @dataclass
@@ -103,32 +110,46 @@ def forget(index: "VMemIndex", selection: Selection) -> int:
     store = index.store
     snapshot = {c: store.points(c, scope) for c in Collection}
     relinked = _relinks(index, snapshot[Collection.ROUNDS])
-    trash = index.image_dir.parent / f".forgetting-{uuid.uuid4().hex}"
-    moved: List[Path] = []
+    # The caches of derived pixels go too: they may hold copies of what is forgotten.
+    files = _unshared_images(index, snapshot[Collection.IMAGE], scope) + [index.delivered_dir, index.attached_dir]
     try:
-        # The caches of derived pixels go too: they may hold copies of what is forgotten.
-        for path in _unshared_images(index, snapshot[Collection.IMAGE], scope) + [index.delivered_dir, index.attached_dir]:
-            if path.exists():
-                trash.mkdir(parents=True, exist_ok=True)
-                moved.append(path)
-                path.rename(trash / f"{len(moved)}-{path.name}")
         for collection in (Collection.ROUNDS, Collection.IMAGE, Collection.TEXT):
             store.delete(collection, scope)
         store.upsert(Collection.ROUNDS, [new for _, new in relinked])
     except BaseException:
-        for collection in (Collection.TEXT, Collection.IMAGE, Collection.ROUNDS):
-            store.upsert(collection, snapshot[collection])
-        store.upsert(Collection.ROUNDS, [old for old, _ in relinked])
-        for i, path in enumerate(moved, start=1):
-            (trash / f"{i}-{path.name}").rename(path)
+        _restore(store, snapshot, relinked)
         raise
-    finally:
-        shutil.rmtree(trash, ignore_errors=True)
+    trash = index.image_dir / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
+    moved: List[Path] = []
+    try:
+        for path in files:
+            if path.exists():
+                trash.mkdir(parents=True, exist_ok=True)
+                path.rename(trash / f"{len(moved)}-{path.name}")
+                moved.append(path)
+    except BaseException:
+        for i, path in enumerate(moved):
+            (trash / f"{i}-{path.name}").rename(path)
+        _restore(store, snapshot, relinked)
+        raise
+    shutil.rmtree(trash, ignore_errors=True)
     logger.info("memory %s: forgot %d rounds", index.memory_id, len(snapshot[Collection.ROUNDS]))
     return len(snapshot[Collection.ROUNDS])
 
 
-def _relinks(index: "VMemIndex", removed: List[PointData]) -> List[tuple]:
+def sweep_trash(index: "VMemIndex") -> None:
+    """Files a killed ``forget`` had moved aside: their points were already gone, so they go too."""
+    for trash in index.image_dir.glob(f"{TRASH_PREFIX}*"):
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def _restore(store: "LaneStore", snapshot: Dict[Collection, List[PointData]], relinked: List["Relink"]) -> None:
+    for collection in (Collection.TEXT, Collection.IMAGE, Collection.ROUNDS):
+        store.upsert(collection, snapshot[collection])
+    store.upsert(Collection.ROUNDS, [old for old, _ in relinked])
+
+
+def _relinks(index: "VMemIndex", removed: List[PointData]) -> List["Relink"]:
     """``(old, new)`` records of the kept rounds whose previous round is being removed."""
     prev_of = {p.id: p.payload.get(schema.PREV_ROUND_ID) for p in removed}
     followers = index.store.points(Collection.ROUNDS, index.scope(prev_round_ids=tuple(prev_of)))
@@ -175,7 +196,7 @@ def _read_time(value: object) -> Optional[datetime]:
         return value.replace(tzinfo=None)
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day)
-    if isinstance(value, str) and value.strip():
+    if isinstance(value, str) and _YEAR.search(value):  # fuzzy parsing reads "Round 12" as a date
         try:
             return dateparser.parse(value, fuzzy=True).replace(tzinfo=None)
         except (ValueError, OverflowError):

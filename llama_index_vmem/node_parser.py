@@ -140,6 +140,8 @@ def _opt_str(item: str, name: str, value: Any) -> Optional[str]:
         return None
     if not isinstance(value, (str, int)) or isinstance(value, bool):
         raise VMemInputError(item, f"'{name}' must be a string, got {type(value).__name__}")
+    if "\x00" in str(value):  # ids are derived from keys joined by NUL
+        raise VMemInputError(item, f"'{name}' must not contain NUL")
     return str(value)
 
 

@@ -79,14 +79,22 @@ def _with_neighbours(index: "VMemIndex", matched: List[TextNode], window: int) -
 
 
 def _chains(rounds: Dict[str, TextNode]) -> List[List[TextNode]]:
-    """Runs of linked rounds of one session, in conversation order."""
+    """Runs of linked rounds of one session, in conversation order.
+
+    A round joins the run of the round it links back to, not merely the run before it in ``seq``:
+    two sessions written at once interleave by ``seq`` but each still chains its own rounds.
+    """
     chains: List[List[TextNode]] = []
+    chain_of: Dict[str, List[TextNode]] = {}
     for node in sorted(rounds.values(), key=lambda n: n.metadata[schema.SEQ]):
-        last = chains[-1][-1] if chains else None
-        if last is not None and _prev_id(node) == last.node_id and _same_session(node, last):
-            chains[-1].append(node)
+        prev = rounds.get(_prev_id(node) or "")
+        if prev is not None and _same_session(node, prev):
+            chain = chain_of[prev.node_id]
         else:
-            chains.append([node])
+            chain = []
+            chains.append(chain)
+        chain.append(node)
+        chain_of[node.node_id] = chain
     return chains
 
 

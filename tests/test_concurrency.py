@@ -83,3 +83,18 @@ def test_asyncio_tasks_adding_and_retrieving_at_once_end_like_serial(open_memory
 
     asyncio.run(main())
     assert _store_state(index) == expected
+
+
+def test_two_handles_of_one_memory_share_its_writes(open_memory, photos):
+    """An app that opens a handle per request: handles of one memory lock together."""
+    expected = _serial(open_memory, photos)
+    handles = [open_memory("shared") for _ in range(WRITERS)]
+
+    def write(w):
+        for call in _calls(photos)[w]:
+            handles[w].add_rounds(call)
+
+    with ThreadPoolExecutor(max_workers=WRITERS) as pool:
+        for f in [pool.submit(write, w) for w in range(WRITERS)]:
+            f.result()
+    assert _store_state(open_memory("shared")) == expected

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from llama_index.core.llms import MockLLM
+from llama_index.core.schema import NodeWithScore
 
 from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle
 from llama_index_vmem.postprocessor import BLOCK_ROUNDS, NeighborRoundPostprocessor
@@ -222,3 +223,105 @@ def test_an_image_path_into_another_memory_is_refused(open_memory, photos):
     with pytest.raises(VMemInputError, match="another memory"):
         alice.as_retriever().retrieve(VMemQueryBundle("Which photo?", image_path=bobs_picture))
     assert _snapshot(alice) == before
+
+
+def test_a_failed_file_move_puts_back_points_and_files(open_memory, photos, monkeypatch):
+    index = open_memory()
+    index.add_rounds(_conversation(photos))
+    index.as_query_engine(llm=MockLLM(), delivery="pixels").query(VMemQueryBundle("Which photo?", image_path=str(photos["coffee"])))
+    before, answers = _snapshot(index), _answers(index, photos)
+    real_rename, calls = Path.rename, []
+
+    def rename(self, target):
+        calls.append(self)
+        if len(calls) == 2:  # the first file is already moved aside when the second fails
+            raise PermissionError("read-only folder")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(PermissionError):
+        index.forget(["D1:1", "D2:1"])
+    monkeypatch.undo()
+    assert _snapshot(index) == before
+    assert _answers(index, photos) == answers
+
+
+def test_files_a_killed_forget_moved_aside_are_swept_on_open(open_memory, photos, tmp_path):
+    index = open_memory()
+    index.add_rounds(_conversation(photos)[:1])
+    aside = index.image_dir / ".forgetting-killed"
+    aside.mkdir()
+    (aside / "0-picture.png").write_bytes(b"forgotten pixels")
+    again = open_memory()
+    assert not aside.exists() and len(again) == 1
+
+
+def test_neighbour_blocks_of_interleaved_sessions(open_memory, photos):
+    """Two devices writing at once interleave by seq; each session still chains its own rounds."""
+    index = open_memory()
+    for i in range(1, 4):
+        index.add_round(user=f"Kitchen note {i}: the oven timer rings at {i} pm.", assistant="Ok.", session_id="A")
+        index.add_round(user=f"Garden note {i}: water the roses at {i} am.", assistant="Ok.", session_id="B")
+    def blocks(keys):
+        matched = [NodeWithScore(node=r.round, score=1.0) for r in index.rounds(keys)]
+        return [b.node.metadata[BLOCK_ROUNDS] for b in NeighborRoundPostprocessor(index, window=1).postprocess_nodes(matched)]
+
+    assert blocks(["A:2", "B:2"]) == [["A:1", "A:2", "A:3"], ["B:1", "B:2", "B:3"]]
+    index.forget(["A:2"])
+    assert blocks(["A:3"]) == [["A:1", "A:3"]]
+    assert blocks(["A:1", "B:3"]) == [["A:1", "A:3"], ["B:2", "B:3"]]
+
+
+def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, tmp_path, minilm, tiny_siglip):
+    index = open_memory()
+    index.add_rounds(_conversation(photos)[:1])
+    archive = index.export_archive(tmp_path / "m.zip")
+    with zipfile.ZipFile(archive) as z:
+        entries = {n: z.read(n) for n in z.namelist()}
+    image_name = next(n for n in entries if n.startswith("images/"))
+
+    def crafted(name, change):
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as z:
+            for n, data in change(dict(entries)).items():
+                z.writestr(n, data)
+        return path
+
+    def swapped(e):  # another picture under the cat's name
+        e[image_name] = photos["coffee"].read_bytes()
+        return e
+
+    def no_ids(e):
+        doc = json.loads(e["memory.json"])
+        for p in doc["collections"]["rounds"]:
+            del p["payload"]["round_key"]
+        e["memory.json"] = json.dumps(doc)
+        return e
+
+    def missing_image(e):
+        del e[image_name]
+        return e
+
+    opened = dict(embed_model=minilm, image_encoder=tiny_siglip)
+    for name, change, message in (("swapped.zip", swapped, "not named by its content"),
+                                  ("no-ids.zip", no_ids, "malformed point"),
+                                  ("missing.zip", missing_image, "not in the archive")):
+        with pytest.raises(VMemInputError, match=message):
+            VMemIndex.from_archive(crafted(name, change), path=tmp_path / name.replace(".zip", ""), **opened)
+        target = VMemIndex.from_defaults(path=tmp_path / name.replace(".zip", ""), **opened)
+        try:
+            assert len(target) == 0 and not [p for p in target.image_dir.rglob("*") if p.is_file()]
+        finally:
+            target.close()
+
+
+def test_nul_in_ids_and_non_dates_are_refused_or_ignored(open_memory, photos):
+    with pytest.raises(VMemInputError, match="memory_id"):
+        open_memory("a\x00b")
+    index = open_memory()
+    with pytest.raises(VMemInputError, match="NUL"):
+        index.add_rounds([{"round_key": "b\x00c", "user": "hi"}])
+    index.add_rounds([{"round_key": "R1", "user": "hi", "timestamp": "Round 12"},
+                      {"round_key": "R2", "user": "hello", "timestamp": "2024-06-12"}])
+    assert index.forget(since="2024-06-01", until="2024-07-01") == 1
+    assert [r.round.metadata["round_key"] for r in index.rounds()] == ["R1"]

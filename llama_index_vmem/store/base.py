@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 from .. import schema
 from ..encoders.bm25 import Sparse
@@ -136,6 +136,11 @@ class LaneStore(abc.ABC):
 
     @abc.abstractmethod
     def delete(self, collection: Collection, scope: Scope) -> None: ...
+
+    @property
+    def identity(self) -> Hashable:
+        """What two handles of the same stored data share: writers of one memory lock on it."""
+        return id(self)
 
     def optimize(self) -> None:
         """Compact the store after a bulk load; a server optimizes itself, so by default nothing."""

@@ -7,7 +7,7 @@ Each lane is one collection shared by all memories, with ``memory_id`` as the te
 from __future__ import annotations
 
 import warnings
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Hashable, List, Optional, Sequence
 
 from qdrant_client import QdrantClient, models
 
@@ -26,6 +26,11 @@ class ServerLaneStore(LaneStore):
         self.prefix = prefix
         #: A client the caller passed in serves their other memories too: closing one must not close it.
         self.owns_client = owns_client
+
+    @property
+    def identity(self) -> Hashable:
+        """Every handle made with one client writes the same collections."""
+        return (id(self.client), self.prefix)
 
     def name(self, collection: Collection) -> str:
         return f"{self.prefix}_{collection.value}"
