@@ -34,7 +34,7 @@ from llama_index.core.types import Thread
 from . import images as image_io
 from .errors import VMemInputError
 from .index import VMemIndex
-from .memory_block import message_text, query_from_message, today
+from .messages import message_text, query_from_message, today
 from .query_engine import AnswerRequest, VMemQueryEngine
 
 

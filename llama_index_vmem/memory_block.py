@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,10 @@ from llama_index.core.llms import LLM
 from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.schema import NodeWithScore
 
-from . import images as image_io
 from .delivery import Deliverer, DeliveryMode, ImageBudget
 from .errors import VMemInputError
 from .index import VMemIndex
+from .messages import attached_image, message_text, query_from_message, today
 from .postprocessor import NeighborRoundPostprocessor
 from .retriever import VMemRetriever
 from .schema import VMemQueryBundle
@@ -148,38 +147,9 @@ def latest_user_message(messages: list[ChatMessage]) -> ChatMessage | None:
     """The message to recall for. ``Memory.aget(input=text)`` appends the text again as a new message,
     without the image: then the stored message with the same text and its image is the one."""
     users = [m for m in messages if m.role == MessageRole.USER]
-    if len(users) > 1 and not _image(users[-1]) and message_text(users[-1]) == message_text(users[-2]):
+    if len(users) > 1 and not attached_image(users[-1]) and message_text(users[-1]) == message_text(users[-2]):
         return users[-2]
     return users[-1] if users else None
-
-
-def message_text(message: ChatMessage) -> str:
-    return "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and b.text.strip())
-
-
-def query_from_message(index: VMemIndex, message: ChatMessage) -> VMemQueryBundle:
-    """The question a user message asks: its text, its first image and that image's caption
-    (``additional_kwargs["image_captions"]``, as ``add_messages`` reads it)."""
-    block = _image(message)
-    if block is None:
-        return VMemQueryBundle(message_text(message))
-    captions = (message.additional_kwargs or {}).get("image_captions") or [None]
-    return VMemQueryBundle(message_text(message), image_path=_local_image(index, block), image_caption=captions[0])
-
-
-def _image(message: ChatMessage) -> ImageBlock | None:
-    return next((b for b in message.blocks if isinstance(b, ImageBlock) and (b.path or b.url or b.image)), None)
-
-
-def _local_image(index: VMemIndex, block: ImageBlock) -> str:
-    """A file of the attached image: retrieval encodes it and pixel delivery stamps a copy of it.
-    Bytes and URLs are validated and kept once by content hash beside the memory's images."""
-    if block.path is not None:
-        return str(block.path)
-    item = "attached image"
-    data = block.resolve_image(as_base64=False).read() if block.image is not None else None
-    raw = image_io.read_source(item, data=data, url=None if data is not None else str(block.url), fence=index.image_fence)
-    return str(image_io.save(image_io.validate(item, raw), index.attached_dir))
 
 
 def _inline(block: ContentBlock) -> ContentBlock:
@@ -190,8 +160,3 @@ def _inline(block: ContentBlock) -> ContentBlock:
         return block
     data = base64.b64encode(Path(block.path).read_bytes()).decode()
     return ImageBlock(path=block.path, url=f"data:{block.image_mimetype};base64,{data}", image_mimetype=block.image_mimetype)
-
-
-def today() -> str:
-    """When a round is stored, as its timestamp: block headers then say when it was seen."""
-    return datetime.now().astimezone().date().isoformat()

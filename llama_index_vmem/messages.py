@@ -1,0 +1,49 @@
+"""What a user's chat message asks: its text, its attached image and that image's caption.
+
+Shared by the memory block and the chat engine, which both retrieve for a ``ChatMessage`` and
+store exchanges stamped with the day they happened.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from llama_index.core.base.llms.types import ChatMessage, ImageBlock, TextBlock
+
+from . import images as image_io
+from .index import VMemIndex
+from .schema import VMemQueryBundle
+
+
+def message_text(message: ChatMessage) -> str:
+    return "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and b.text.strip())
+
+
+def query_from_message(index: VMemIndex, message: ChatMessage) -> VMemQueryBundle:
+    """The question a user message asks: its text, its first image and that image's caption
+    (``additional_kwargs["image_captions"]``, as ``add_messages`` reads it)."""
+    block = attached_image(message)
+    if block is None:
+        return VMemQueryBundle(message_text(message))
+    captions = (message.additional_kwargs or {}).get("image_captions") or [None]
+    return VMemQueryBundle(message_text(message), image_path=_local_image(index, block), image_caption=captions[0])
+
+
+def attached_image(message: ChatMessage) -> ImageBlock | None:
+    return next((b for b in message.blocks if isinstance(b, ImageBlock) and (b.path or b.url or b.image)), None)
+
+
+def _local_image(index: VMemIndex, block: ImageBlock) -> str:
+    """A file of the attached image: retrieval encodes it and pixel delivery stamps a copy of it.
+    Bytes and URLs are validated and kept once by content hash beside the memory's images."""
+    if block.path is not None:
+        return str(block.path)
+    item = "attached image"
+    data = block.resolve_image(as_base64=False).read() if block.image is not None else None
+    raw = image_io.read_source(item, data=data, url=None if data is not None else str(block.url), fence=index.image_fence)
+    return str(image_io.save(image_io.validate(item, raw), index.attached_dir))
+
+
+def today() -> str:
+    """When a round is stored, as its timestamp: block headers then say when it was seen."""
+    return datetime.now().astimezone().date().isoformat()
