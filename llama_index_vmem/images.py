@@ -58,6 +58,11 @@ class Fence:
     root: Path
     own: Path
 
+    @classmethod
+    def around(cls, own: Path) -> "Fence":
+        """A memory's folder sits in the store's image folder, beside the other memories'."""
+        return cls(Path(own).parent, Path(own))
+
     def check(self, item: str, path: Union[str, os.PathLike]) -> None:
         resolved = Path(path).resolve()
         if resolved.is_relative_to(self.root.resolve()) and not resolved.is_relative_to(self.own.resolve()):

@@ -79,7 +79,7 @@ class VMemIndex:
         self.region_tiles = region_tiles
         self.bm25 = Bm25Encoder()
         self.image_dir = Path(image_dir) / hashlib.sha256(memory_id.encode()).hexdigest()[:16]
-        self.image_fence = image_io.Fence(self.image_dir.parent, self.image_dir)
+        self.image_fence = image_io.Fence.around(self.image_dir)
         #: Derived pixels kept beside the memory's images: labelled copies made for delivery, and
         #: attached query images given as bytes or URLs. Caches, but of this memory's pictures.
         self.delivered_dir = self.image_dir / "delivered"

@@ -354,7 +354,7 @@ class RoundNodeParser(NodeParser):
         return ParsedRound(round_node=round_node, units=units, pending_images=pending)
 
     def _fence(self) -> Optional[images.Fence]:
-        return images.Fence(Path(self.image_dir).parent, Path(self.image_dir)) if self.image_dir else None
+        return images.Fence.around(Path(self.image_dir)) if self.image_dir else None
 
     def _image_path(self, loaded: images.LoadedImage) -> Path:
         if self.image_dir is None:
