@@ -88,7 +88,11 @@ class VMemIndex:
         self._tempdir = owns_tempdir
         self._closed = False
         self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
-        store.ensure_collections(self._dims(), self.manifest())
+        try:
+            store.ensure_collections(self._dims(), self.manifest())
+        except BaseException:
+            store.close()  # a refused memory must not hold the shared store open
+            raise
         with _write_lock(store, memory_id):
             self._sweep_unfinished(store.max_seq(self.scope()))
             lifecycle.sweep_trash(self)

@@ -56,6 +56,14 @@ def test_reopen_with_another_image_encoder_is_refused(tmp_path, minilm, tiny_sig
     VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip).close()
     with pytest.raises(ValueError, match="built with"):
         VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=EfficientNetImageEncoder())
+    # Also while the store is open for another memory of this process.
+    alice = VMemIndex.from_defaults(path=tmp_path / "m", memory_id="alice", embed_model=minilm, image_encoder=tiny_siglip)
+    try:
+        with pytest.raises(ValueError, match="built with"):
+            VMemIndex.from_defaults(path=tmp_path / "m", memory_id="bob", embed_model=minilm,
+                                    image_encoder=EfficientNetImageEncoder())
+    finally:
+        alice.close()
 
 
 def test_edge_and_server_backends_return_the_same_results(tmp_path, minilm, tiny_siglip, photos):

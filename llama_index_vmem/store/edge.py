@@ -45,17 +45,16 @@ class EdgeLaneStore(LaneStore):
 
     def ensure_collections(self, dims: LaneDims, manifest: Dict[str, Any]) -> None:
         with self._lock:
-            if self._shards:
-                return
             manifest_path = self.path / MANIFEST
-            if manifest_path.exists():
+            if manifest_path.exists():  # checked for every memory opened, not only the first
                 stored = json.loads(manifest_path.read_text())
                 if stored != manifest:
                     raise ValueError(
                         f"store at {self.path} was built with {stored}; this memory asks for {manifest}"
                     )
-                for c in Collection:
-                    self._shards[c] = qe.EdgeShard.load(str(self.path / c.value))
+                if not self._shards:
+                    for c in Collection:
+                        self._shards[c] = qe.EdgeShard.load(str(self.path / c.value))
                 return
             self.path.mkdir(parents=True, exist_ok=True)
             for c in Collection:
