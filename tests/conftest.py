@@ -103,17 +103,23 @@ def photos() -> Dict[str, Path]:
     return {n.split(".")[0]: root / n for n in names}
 
 
-@pytest.fixture
-def make_index(tmp_path, minilm, tiny_siglip):
-    """Open VMemIndex instances on a temp dir; all are closed after the test."""
+@pytest.fixture(params=["edge", "server"])
+def make_index(request, tmp_path, minilm, tiny_siglip):
+    """Open memories of one store, on Qdrant Edge or through qdrant-client (its local mode runs the
+    server code path); every test using it runs on both. All are closed after the test."""
+    from qdrant_client import QdrantClient
+
     from llama_index_vmem import VMemIndex
 
+    client = QdrantClient(location=":memory:") if request.param == "server" else None
     opened = []
 
     def make(**kwargs: Any) -> VMemIndex:
         kwargs.setdefault("path", tmp_path / "memory")
         kwargs.setdefault("embed_model", minilm)
         kwargs.setdefault("image_encoder", tiny_siglip)
+        if client is not None:
+            kwargs.setdefault("client", client)
         index = VMemIndex.from_defaults(**kwargs)
         opened.append(index)
         return index
@@ -123,28 +129,11 @@ def make_index(tmp_path, minilm, tiny_siglip):
         index.close()
 
 
-@pytest.fixture(params=["edge", "server"])
-def open_memory(request, tmp_path, minilm, tiny_siglip):
-    """Open memories of one store, on Qdrant Edge or through qdrant-client (its local mode runs the
-    server code path); every test using it runs on both."""
-    from qdrant_client import QdrantClient
+@pytest.fixture
+def open_memory(make_index):
+    """``make_index`` by memory id: several memories of one store."""
 
-    from llama_index_vmem import VMemIndex
+    def open_(memory_id: str = "default", **kwargs: Any):
+        return make_index(memory_id=memory_id, **kwargs)
 
-    client = QdrantClient(location=":memory:") if request.param == "server" else None
-    opened = []
-
-    def open_(memory_id: str = "default", **kwargs: Any) -> VMemIndex:
-        kwargs.setdefault("path", tmp_path / "store")
-        kwargs.setdefault("embed_model", minilm)
-        kwargs.setdefault("image_encoder", tiny_siglip)
-        if client is not None:
-            kwargs.setdefault("client", client)
-        index = VMemIndex.from_defaults(memory_id=memory_id, **kwargs)
-        opened.append(index)
-        return index
-
-    open_.backend = request.param
-    yield open_
-    for index in opened:
-        index.close()
+    return open_

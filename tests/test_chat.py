@@ -154,7 +154,7 @@ def test_memory_block_text_recall_and_empty_memory(make_index, photos, tmp_path)
     block = VMemMemoryBlock(index=index, delivery="text")
     [content] = asyncio.run(block.aget([ChatMessage(role=MessageRole.USER, content="Where did I move to?")]))
     assert "[seen 2024-07-01, session D2, rounds D2:1 to D2:2]" in content.text and "I moved to Lisbon." in content.text
-    empty = VMemMemoryBlock(index=make_index(path=tmp_path / "empty"))
+    empty = VMemMemoryBlock(index=make_index(path=tmp_path / "empty", memory_id="empty"))
     assert asyncio.run(empty.aget([ChatMessage(role=MessageRole.USER, content="Where did I move to?")])) == []
     assert asyncio.run(block.aget([ChatMessage(role=MessageRole.ASSISTANT, content="Hello")])) == []
 
