@@ -71,6 +71,11 @@ def present(vectors: Dict[str, Vector]) -> Dict[str, Vector]:
     return {name: v for name, v in vectors.items() if not (isinstance(v, Sparse) and not v)}
 
 
+def _from_vector(v: Any) -> Vector:
+    """Either backend's sparse vector (``indices``/``values``) as ours; dense vectors as they are."""
+    return Sparse(tuple(v.indices), tuple(v.values)) if hasattr(v, "indices") else v
+
+
 def hit_order(hit: "Hit") -> Tuple[float, int, int]:
     """Best first; equal scores (the same picture in two rounds) in conversation order. Scores
     equal to 6 places count as equal: a restored or imported vector is normalised again, which
@@ -119,13 +124,20 @@ class LaneStore(abc.ABC):
     @abc.abstractmethod
     def search(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]: ...
 
-    @abc.abstractmethod
     def scroll(self, collection: Collection, scope: Scope, limit: Optional[int] = None) -> List[Hit]:
         """Points in scope ordered by ``seq`` (then unit index), up to ``limit``."""
+        hits = [Hit(str(r.id), 0.0, dict(r.payload or {})) for r in self.records(collection, scope, with_vectors=False)]
+        hits.sort(key=lambda h: (h.payload.get(schema.SEQ, 0), h.payload.get(schema.UNIT_INDEX, 0)))
+        return hits[:limit] if limit is not None else hits
 
-    @abc.abstractmethod
     def points(self, collection: Collection, scope: Scope) -> List[PointData]:
         """Points in scope with their vectors, to snapshot (before a forget) or export a memory."""
+        return [PointData(str(r.id), dict(r.payload or {}), {n: _from_vector(v) for n, v in (r.vector or {}).items()})
+                for r in self.records(collection, scope, with_vectors=True)]
+
+    @abc.abstractmethod
+    def records(self, collection: Collection, scope: Scope, with_vectors: bool) -> List[Any]:
+        """The backend's own records in scope, every page: each has ``id``, ``payload`` and ``vector``."""
 
     @abc.abstractmethod
     def count(self, collection: Collection, scope: Scope) -> int: ...

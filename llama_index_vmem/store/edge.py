@@ -11,7 +11,7 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 import qdrant_edge as qe
 
@@ -86,23 +86,14 @@ class EdgeLaneStore(LaneStore):
         )
         return ranked([Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found])
 
-    def scroll(self, collection: Collection, scope: Scope, limit: Optional[int] = None) -> List[Hit]:
-        out = [Hit(str(r.id), 0.0, dict(r.payload or {})) for r in self._records(collection, scope, with_vector=False)]
-        out.sort(key=lambda h: (h.payload.get(schema.SEQ, 0), h.payload.get(schema.UNIT_INDEX, 0)))
-        return out[:limit] if limit is not None else out
-
-    def points(self, collection: Collection, scope: Scope) -> List[PointData]:
-        return [PointData(str(r.id), dict(r.payload or {}), {n: _from_vector(v) for n, v in (r.vector or {}).items()})
-                for r in self._records(collection, scope, with_vector=True)]
-
-    def _records(self, collection: Collection, scope: Scope, with_vector: bool) -> List[Any]:
+    def records(self, collection: Collection, scope: Scope, with_vectors: bool) -> List[Any]:
         if scope.is_empty:
             return []
         out: List[Any] = []
         offset = None
         while True:
             records, offset = self._shards[collection].scroll(qe.ScrollRequest(
-                offset=offset, limit=_SCROLL_PAGE, filter=_filter(scope), with_payload=True, with_vector=with_vector))
+                offset=offset, limit=_SCROLL_PAGE, filter=_filter(scope), with_payload=True, with_vector=with_vectors))
             out.extend(records)
             if offset is None:
                 return out
@@ -158,10 +149,6 @@ def _config(collection: Collection, dims: LaneDims) -> qe.EdgeConfig:
 
 def _vector(v: Vector) -> Any:
     return qe.SparseVector(list(v.indices), list(v.values)) if isinstance(v, Sparse) else list(v)
-
-
-def _from_vector(v: Any) -> Vector:
-    return Sparse(tuple(v.indices), tuple(v.values)) if isinstance(v, qe.SparseVector) else v
 
 
 def _filter(scope: Scope) -> qe.Filter:

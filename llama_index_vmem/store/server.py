@@ -75,16 +75,7 @@ class ServerLaneStore(LaneStore):
         )
         return ranked([Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points])
 
-    def scroll(self, collection: Collection, scope: Scope, limit: Optional[int] = None) -> List[Hit]:
-        out = [Hit(str(r.id), 0.0, dict(r.payload or {})) for r in self._records(collection, scope, with_vectors=False)]
-        out.sort(key=lambda h: (h.payload.get(schema.SEQ, 0), h.payload.get(schema.UNIT_INDEX, 0)))
-        return out[:limit] if limit is not None else out
-
-    def points(self, collection: Collection, scope: Scope) -> List[PointData]:
-        return [PointData(str(r.id), dict(r.payload or {}), {n: _from_vector(v) for n, v in (r.vector or {}).items()})
-                for r in self._records(collection, scope, with_vectors=True)]
-
-    def _records(self, collection: Collection, scope: Scope, with_vectors: bool) -> List[models.Record]:
+    def records(self, collection: Collection, scope: Scope, with_vectors: bool) -> List[models.Record]:
         if scope.is_empty:
             return []
         out: List[models.Record] = []
@@ -149,10 +140,6 @@ def _check_dims(name: str, info: Any, c: Collection, dims: LaneDims) -> None:
 
 def _vector(v: Vector) -> Any:
     return models.SparseVector(indices=list(v.indices), values=list(v.values)) if isinstance(v, Sparse) else list(v)
-
-
-def _from_vector(v: Any) -> Vector:
-    return Sparse(tuple(v.indices), tuple(v.values)) if isinstance(v, models.SparseVector) else v
 
 
 def _filter(scope: Scope) -> models.Filter:
