@@ -94,7 +94,7 @@ class VMemIndex:
             store.close()  # a refused memory must not hold the shared store open
             raise
         with _write_lock(store, memory_id):
-            self._sweep_unfinished(store.max_seq(self.scope()))
+            self._sweep_unfinished(self._last_seq())
             lifecycle.sweep_trash(self)
 
     @classmethod
@@ -230,7 +230,7 @@ class VMemIndex:
 
     def _commit(self, inputs: List[RoundInput]) -> List[TextNode]:
         with _write_lock(self.store, self.memory_id):
-            last = self.store.max_seq(self.scope())
+            last = self._last_seq()
             self._sweep_unfinished(last)
             parsed = self._parser.parse_rounds(self._with_default_keys(inputs), first_seq=last + 1)
             self._reject_existing(parsed)
@@ -261,11 +261,14 @@ class VMemIndex:
         for p in parsed:
             if NodeRelationship.PREVIOUS in p.round_node.relationships:
                 continue
-            scope = self.scope(session_id=p.session_id)
-            last = self.store.max_seq(scope)
-            before = self.store.scroll(Collection.ROUNDS, replace(scope, seq_range=(last, last))) if last else []
-            if before:
-                p.round_node.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=before[0].id)
+            before = self.store.last_round(self.scope(session_id=p.session_id))
+            if before is not None:
+                p.round_node.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=before.id)
+
+    def _last_seq(self) -> int:
+        """The memory's highest round ``seq``, 0 when it is empty."""
+        last = self.store.last_round(self.scope())
+        return int(last.payload[schema.SEQ]) if last is not None else 0
 
     def _sweep_unfinished(self, last: int) -> None:
         """Drop units past the last whole round: a process killed mid-write left them roundless."""

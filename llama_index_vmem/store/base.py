@@ -143,8 +143,8 @@ class LaneStore(abc.ABC):
     def count(self, collection: Collection, scope: Scope) -> int: ...
 
     @abc.abstractmethod
-    def max_seq(self, scope: Scope) -> int:
-        """Highest round ``seq`` stored in scope, 0 if none."""
+    def last_round(self, scope: Scope) -> Optional[Hit]:
+        """The round record with the highest ``seq`` in scope, if any."""
 
     @abc.abstractmethod
     def delete(self, collection: Collection, scope: Scope) -> None: ...

@@ -11,7 +11,7 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import qdrant_edge as qe
 
@@ -103,12 +103,12 @@ class EdgeLaneStore(LaneStore):
             return 0
         return int(self._shards[collection].count(qe.CountRequest(exact=True, filter=_filter(scope))))
 
-    def max_seq(self, scope: Scope) -> int:
+    def last_round(self, scope: Scope) -> Optional[Hit]:
         records, _ = self._shards[Collection.ROUNDS].scroll(
             qe.ScrollRequest(limit=1, filter=_filter(scope), with_payload=True,
                              order_by=qe.OrderBy(schema.SEQ, qe.Direction.Desc))
         )
-        return int(records[0].payload[schema.SEQ]) if records else 0
+        return Hit(str(records[0].id), 0.0, dict(records[0].payload or {})) if records else None
 
     def delete(self, collection: Collection, scope: Scope) -> None:
         if not scope.is_empty:

@@ -94,12 +94,12 @@ class ServerLaneStore(LaneStore):
             return 0
         return int(self.client.count(self.name(collection), count_filter=_filter(scope), exact=True).count)
 
-    def max_seq(self, scope: Scope) -> int:
+    def last_round(self, scope: Scope) -> Optional[Hit]:
         records, _ = self.client.scroll(
             self.name(Collection.ROUNDS), scroll_filter=_filter(scope), limit=1, with_payload=True,
             order_by=models.OrderBy(key=schema.SEQ, direction=models.Direction.DESC),
         )
-        return int(records[0].payload[schema.SEQ]) if records else 0
+        return Hit(str(records[0].id), 0.0, dict(records[0].payload or {})) if records else None
 
     def delete(self, collection: Collection, scope: Scope) -> None:
         if not scope.is_empty:
