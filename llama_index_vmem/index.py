@@ -29,6 +29,7 @@ from . import images as image_io
 from . import schema
 from .config import VMemConfig
 from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedding, image_encoder_id
+from .encoders.text import padded_batches
 from .errors import VMemInputError
 from .lifecycle import Selection, StoredRound, TimeLike
 from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, round_input_from_dict
@@ -338,12 +339,11 @@ class VMemIndex:
         return [make(u) for u in texts], [make(u) for u in imgs]
 
     def _embed_texts(self, texts: List[str]) -> List[List[float]]:
-        """Length-sorted batches: padding stays short, so throughput stays high."""
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        embedded = self.embed_model.get_text_embedding_batch([texts[i] for i in order], show_progress=self.show_progress)
+        """Length-sorted batches sized by padded length: little padding, few calls."""
         out: List[List[float]] = [[] for _ in texts]
-        for i, e in zip(order, embedded, strict=True):
-            out[i] = e
+        for batch in tqdm(padded_batches(texts), desc="Encoding texts", disable=not self.show_progress):
+            for i, e in zip(batch, self.embed_model.get_text_embedding_batch([texts[i] for i in batch]), strict=True):
+                out[i] = e
         return out
 
     def _embed_images(self, blobs: List[bytes]) -> List[List[float]]:

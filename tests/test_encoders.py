@@ -1,0 +1,67 @@
+"""The default MiniLM encoder: bf16 autocast must not change what it embeds, only how fast."""
+
+import numpy as np
+
+from llama_index_vmem.encoders import default_text_embedding
+from llama_index_vmem.encoders.text import cpu_has_native_bf16, padded_batches
+from llama_index_vmem.store import Collection
+
+TEXTS = [
+    "I adopted a grey cat named Miso last spring.",
+    "The rocket launch was postponed because of high winds over the coast.",
+    "We ordered a flat white and an almond croissant at the corner cafe, then walked to the river "
+    "and watched the boats for an hour before the rain started.",
+]
+
+
+def test_bf16_autocast_embeds_like_fp32(minilm):
+    fp32 = default_text_embedding(bf16=False)
+    bf16 = default_text_embedding(bf16=True)
+    a = np.asarray(fp32.get_text_embedding_batch(TEXTS))
+    b = np.asarray(bf16.get_text_embedding_batch(TEXTS))
+    cos = np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cos.min() > 0.999
+    assert not np.array_equal(a, b)  # autocast really ran: bf16 products round differently
+    # a query still finds its own text first, in either precision
+    q = np.asarray(bf16.get_query_embedding("what is my cat called"))
+    assert int(np.argmax(a @ q)) == 0
+
+
+def test_auto_precision_follows_the_cpu():
+    assert default_text_embedding().bf16 is cpu_has_native_bf16()
+    # stores built in either precision hold the same model: the manifest names it the same way
+    assert default_text_embedding(bf16=True).class_name() == default_text_embedding(bf16=False).class_name()
+
+
+def test_padded_batches_sort_cover_and_respect_the_budget():
+    texts = ["x" * n for n in [300, 5, 40, 40, 1200, 7, 90, 2500, 60, 15]]
+    batches = padded_batches(texts, budget=400, max_size=3)
+    flat = [i for b in batches for i in b]
+    assert sorted(flat) == list(range(len(texts)))  # every text exactly once
+    assert [len(texts[i]) for i in flat] == sorted(map(len, texts))  # shortest first
+    for b in batches:
+        assert len(b) <= 3
+        assert len(b) == 1 or len(b) * max(len(texts[i]) for i in b) <= 400
+    assert [len(b) for b in batches] == [3, 3, 1, 1, 1, 1]  # short texts share, long ones go alone
+
+
+def test_ingest_embeds_in_padded_batches_and_stores_what_one_text_at_a_time_gives(make_index, minilm):
+    index = make_index()
+    calls = []
+    original = type(minilm).get_text_embedding_batch
+
+    def recording(self, texts, **kwargs):
+        calls.append(len(texts))
+        return original(self, texts, **kwargs)
+
+    rounds = [{"round_key": f"D1:{i}", "user": "tiny" if i % 2 else "a much longer message " * 30, "assistant": "ok"}
+              for i in range(1, 41)]
+    try:
+        type(minilm).get_text_embedding_batch = recording
+        index.add_rounds(rounds)
+    finally:
+        type(minilm).get_text_embedding_batch = original
+    assert sum(calls) == 80 and max(calls) <= 128 and len(calls) >= 2
+    long_text = rounds[1]["user"].strip()
+    hit = index.store.search(Collection.TEXT, "text_dense", minilm.get_text_embedding(long_text), index.scope(), 1)[0]
+    assert hit.payload["text"] == long_text and hit.score > 0.999
