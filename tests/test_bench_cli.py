@@ -38,6 +38,7 @@ def test_results_json_has_the_specified_shape(memgallery_run):
         for block in results[name]["per_category"].values():
             assert SYSTEM_KEYS <= set(block)
     assert results["vmem"]["overall"]["build_llm_tokens"] == 0
+    assert results["vmem_config"]["aggregation_enabled"] is False  # the paper runs Mem-Gallery without it
     assert results["skipped_systems"] == {}
     assert (out / "report.md").read_text().count("| vmem |") >= 2
     assert (out / "report.png").stat().st_size > 1000
@@ -78,6 +79,7 @@ def test_locomo_runs_over_turn_ids(tmp_path):
     row = results["vmem"]["per_question"][0]
     assert all(":" in t and t.startswith("D") for t in row["retrieved"])
     assert "adversarial" not in results["vmem"]["per_category"]
+    assert results["vmem_config"]["aggregation_enabled"] is True
 
 
 def test_pixels_mode_runs_stock_multimodal_and_counts_delivered_images(tmp_path, photos):

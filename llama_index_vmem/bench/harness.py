@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from llama_index.core.llms import LLM
 
+from ..config import VMemConfig
 from ..delivery import DeliveryMode
 from ..encoders import EfficientNetImageEncoder, default_text_embedding
 from .data import PIXELS, BenchConversation
@@ -15,6 +17,10 @@ from .run import results_json, run
 from .systems import RUNGS, STOCK_SYSTEMS, BenchSystem, StockSystem, VMemBuild, VMemSystem
 
 logger = logging.getLogger(__name__)
+
+#: The paper's protocol per benchmark: its aggregation branch (no neighbours, k widened to 30) is
+#: a LoCoMo rule and "is not used on Mem-Gallery" (V-Mem, Appendix B).
+BENCHMARK_CONFIGS = {"memgallery": VMemConfig(aggregation_enabled=False), "locomo": VMemConfig()}
 
 
 def rung_names(spec: str) -> List[str]:
@@ -30,14 +36,14 @@ def system_name(rung: str) -> str:
 
 
 def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[str], rungs: Sequence[str],
-                 llm: Optional[LLM], delivery: str = "text") -> tuple:
+                 llm: Optional[LLM], delivery: str = "text", config: Optional[VMemConfig] = None) -> tuple:
     """The requested systems, sharing encoders; returns (systems, skipped-with-reason, shared build)."""
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
     vmem_embed = default_text_embedding()
     pixels = any(c.image_mode == PIXELS for c in conversations)
     image_encoder = EfficientNetImageEncoder()
-    build = VMemBuild(vmem_embed, image_encoder, llm=llm, delivery=DeliveryMode(delivery))
+    build = VMemBuild(vmem_embed, image_encoder, llm=llm, config=config, delivery=DeliveryMode(delivery))
     out: List[BenchSystem] = []
     skipped: Dict[str, str] = {}
     if "vmem" in systems:
@@ -61,7 +67,8 @@ def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k:
                   rungs: str = "anchors", llm: Optional[LLM] = None, qa: bool = False,
                   judge_prompt: Optional[Path] = None, show_progress: bool = True, delivery: str = "text") -> Dict[str, Any]:
     names = rung_names(rungs)
-    made, skipped, build = make_systems(conversations, systems, names, llm, delivery)
+    config = BENCHMARK_CONFIGS.get(benchmark, VMemConfig())
+    made, skipped, build = make_systems(conversations, systems, names, llm, delivery, config)
     vmem_names = [s.name for s in made if isinstance(s, VMemSystem)]
     budget = "vmem" if "vmem" in vmem_names else (vmem_names or [made[0].name])[0]
     try:
@@ -75,6 +82,7 @@ def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k:
         for r in runs.values():
             score_rows(r.rows, questions, benchmark, llm, judge_prompt)
     extra = {"skipped_systems": skipped, "context_budget_from": budget, "delivery": delivery,
+             "vmem_config": dataclasses.asdict(config),
              "anchors": "llm" if llm is not None else "raw query (no LLM given)"}
     results = results_json(benchmark, k, conversations, runs, extra)
     if qa:
