@@ -129,3 +129,31 @@ def test_results_report_both_context_granularities(memgallery_run):
         value = results[name]["overall"]["context_evidence_recall_rounds"]
         assert value is not None and 0.0 <= value <= 1.0
     assert results["vmem"]["overall"]["context_evidence_recall_rounds"] == results["vmem"]["overall"]["context_evidence_recall"]
+
+
+def test_each_system_warms_its_encoder_before_its_build_is_timed(tmp_path):
+    from llama_index_vmem.bench.data import BenchConversation, BenchQuestion, BenchRound
+    from llama_index_vmem.bench.run import run
+    from llama_index_vmem.bench.systems import BenchSystem, QueryOutcome
+
+    events = []
+
+    class Recording(BenchSystem):
+        def __init__(self, name):
+            self.name = name
+
+        def warm_up(self):
+            events.append((self.name, "warm_up"))
+
+        def build(self, conv):
+            events.append((self.name, "build"))
+            return 1
+
+        def query(self, conv, q, token_budget):
+            return QueryOutcome(["D1:1"], ["D1:1"], "context", 1.0)
+
+    conv = BenchConversation("c", "memgallery", [BenchRound("D1:1", "D1", "", "hi", "hello", [], ["D1:1"])],
+                             [BenchQuestion("c#0", "q?", "FR", ["D1:1"], "a")], "caption")
+    runs = run([conv], [Recording("vmem"), Recording("stock-dense")], budget_system="vmem", show_progress=False)
+    assert events == [("vmem", "warm_up"), ("vmem", "build"), ("stock-dense", "warm_up"), ("stock-dense", "build")]
+    assert runs["stock-dense"].units == 1

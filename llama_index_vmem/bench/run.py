@@ -78,6 +78,7 @@ def run(conversations: Sequence[BenchConversation], systems: Sequence[BenchSyste
     runs = {s.name: SystemRun(s.name) for s in systems}
     ordered = sorted(systems, key=lambda s: s.name != budget_system)
     for system in ordered:
+        system.warm_up()
         with PeakRSS() as rss:
             for conv in conversations:
                 start = time.perf_counter()
