@@ -34,7 +34,8 @@ def cpu_has_native_bf16() -> bool:
     """True where the CPU multiplies bf16 in hardware (AVX512-BF16 or AMX); elsewhere bf16 is emulated and slower."""
     import torch
 
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private helpers; older torch lacks them
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
 class AutocastHuggingFaceEmbedding(HuggingFaceEmbedding):
