@@ -95,7 +95,7 @@ def _image(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> image
     if info.file_size > image_io.MAX_IMAGE_BYTES:
         raise VMemInputError(item, f"is {info.file_size} bytes, over the {image_io.MAX_IMAGE_BYTES} limit")
     loaded = image_io.validate(item, archive.read(info))
-    if Path(info.filename).name != f"{loaded.sha256}.{loaded.extension}":
+    if Path(info.filename).name != loaded.file_name:
         raise VMemInputError(item, "is not named by its content's hash")
     return loaded
 
@@ -116,7 +116,7 @@ def import_memory(index: "VMemIndex", archive: Archive) -> int:
     written: List[Path] = []
     try:
         for loaded in archive.images.values():
-            target = index.image_dir / f"{loaded.sha256}.{loaded.extension}"
+            target = index.image_dir / loaded.file_name
             if not target.exists():
                 written.append(image_io.save(loaded, index.image_dir))
         for c in (Collection.TEXT, Collection.IMAGE, Collection.ROUNDS):

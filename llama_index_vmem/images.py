@@ -16,6 +16,7 @@ import urllib.parse
 import urllib.request
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import List, Optional, Union
 
@@ -41,12 +42,14 @@ class LoadedImage:
     height: int
 
     @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
-
-    @property
     def extension(self) -> str:
         return {"JPEG": "jpg"}.get(self.format, self.format.lower())
+
+    @cached_property
+    def file_name(self) -> str:
+        """Named by content hash: the same pixels shared twice are one file, and a file's name
+        vouches for its bytes."""
+        return f"{hashlib.sha256(self.data).hexdigest()}.{self.extension}"
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,7 @@ def validate(item: str, data: bytes) -> LoadedImage:
 def save(image: LoadedImage, directory: Path) -> Path:
     """Write once by content hash; the same pixels shared twice are one file."""
     directory.mkdir(parents=True, exist_ok=True)
-    target = directory / f"{image.sha256}.{image.extension}"
+    target = directory / image.file_name
     if not target.exists():
         tmp = target.with_suffix(target.suffix + ".tmp")
         tmp.write_bytes(image.data)

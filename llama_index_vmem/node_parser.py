@@ -359,7 +359,7 @@ class RoundNodeParser(NodeParser):
     def _image_path(self, loaded: images.LoadedImage) -> Path:
         if self.image_dir is None:
             raise VMemInputError("image", "this parser has no image_dir to save images under")
-        return Path(self.image_dir) / f"{loaded.sha256}.{loaded.extension}"
+        return Path(self.image_dir) / loaded.file_name
 
     def _text_unit(self, shared: Dict[str, Any], index: int, role: str, text: str) -> TextNode:
         meta = {**shared, schema.UNIT_INDEX: index, schema.MODALITY: schema.Lane.TEXT.value, schema.ROLE: role}
