@@ -131,7 +131,7 @@ def test_results_report_both_context_granularities(memgallery_run):
     assert results["vmem"]["overall"]["context_evidence_recall_rounds"] == results["vmem"]["overall"]["context_evidence_recall"]
 
 
-def test_each_system_warms_its_encoder_before_its_build_is_timed(tmp_path):
+def test_builds_interleave_by_conversation_after_every_encoder_is_warm(tmp_path):
     from llama_index_vmem.bench.data import BenchConversation, BenchQuestion, BenchRound
     from llama_index_vmem.bench.run import run
     from llama_index_vmem.bench.systems import BenchSystem, QueryOutcome
@@ -146,14 +146,19 @@ def test_each_system_warms_its_encoder_before_its_build_is_timed(tmp_path):
             events.append((self.name, "warm_up"))
 
         def build(self, conv):
-            events.append((self.name, "build"))
+            events.append((self.name, "build", conv.name))
             return 1
 
         def query(self, conv, q, token_budget):
+            events.append((self.name, "query", conv.name))
             return QueryOutcome(["D1:1"], ["D1:1"], "context", 1.0)
 
-    conv = BenchConversation("c", "memgallery", [BenchRound("D1:1", "D1", "", "hi", "hello", [], ["D1:1"])],
-                             [BenchQuestion("c#0", "q?", "FR", ["D1:1"], "a")], "caption")
-    runs = run([conv], [Recording("vmem"), Recording("stock-dense")], budget_system="vmem", show_progress=False)
-    assert events == [("vmem", "warm_up"), ("vmem", "build"), ("stock-dense", "warm_up"), ("stock-dense", "build")]
-    assert runs["stock-dense"].units == 1
+    convs = [BenchConversation(name, "memgallery", [BenchRound("D1:1", "D1", "", "hi", "hello", [], ["D1:1"])],
+                               [BenchQuestion(f"{name}#0", "q?", "FR", ["D1:1"], "a")], "caption") for name in "ab"]
+    runs = run(convs, [Recording("stock-dense"), Recording("vmem")], budget_system="vmem", show_progress=False)
+    assert events == [("vmem", "warm_up"), ("stock-dense", "warm_up"),
+                      ("vmem", "build", "a"), ("stock-dense", "build", "a"),
+                      ("vmem", "build", "b"), ("stock-dense", "build", "b"),
+                      ("vmem", "query", "a"), ("vmem", "query", "b"),
+                      ("stock-dense", "query", "a"), ("stock-dense", "query", "b")]
+    assert runs["stock-dense"].units == 2 and runs["vmem"].build_seconds >= 0.0

@@ -1,5 +1,8 @@
 """One benchmark run: build every system on every conversation, ask every question, score it.
 
+Builds are interleaved by conversation (each system builds conversation 1, then each builds
+conversation 2, ...), so ingest throughputs are compared under the same machine conditions; every
+system's memories stay resident, so peak RSS is the process's while a system was built and queried.
 ``vmem`` runs first on each question so its context size sets the token budget the stock systems'
 contexts are filled to (equal-token context comparison).
 """
@@ -63,6 +66,7 @@ class SystemRun:
     build_seconds: float = 0.0
     units: int = 0
     build_llm_tokens: int = 0
+    #: The process's peak while the system was built and queried; every system's memories are resident.
     peak_rss_mb: float = 0.0
     rows: List[Dict[str, Any]] = field(default_factory=list)
 
@@ -77,26 +81,38 @@ def run(conversations: Sequence[BenchConversation], systems: Sequence[BenchSyste
     """Build and query every system; rows keep per-question outcomes for scoring and ``compare``."""
     runs = {s.name: SystemRun(s.name) for s in systems}
     ordered = sorted(systems, key=lambda s: s.name != budget_system)
+    with PeakRSS() as build_rss:
+        _build(conversations, ordered, runs, show_progress)
+    total = sum(len(c.questions) for c in conversations)
     for system in ordered:
-        system.warm_up()
-        with PeakRSS() as rss:
+        budgets = {r["qid"]: r["context_tokens"] for r in runs[budget_system].rows} if system.name != budget_system else {}
+        with PeakRSS() as rss, tqdm(total=total, desc=system.name, disable=not show_progress) as bar:
             for conv in conversations:
-                start = time.perf_counter()
-                runs[system.name].units += system.build(conv)
-                runs[system.name].build_seconds += time.perf_counter() - start
-            runs[system.name].build_seconds = system.build_seconds(runs[system.name].build_seconds)
-            runs[system.name].build_llm_tokens = system.build_llm_tokens
-            budgets = {r["qid"]: r["context_tokens"] for r in runs[budget_system].rows} if system.name != budget_system else {}
-            total = sum(len(c.questions) for c in conversations)
-            with tqdm(total=total, desc=system.name, disable=not show_progress) as bar:
-                for conv in conversations:
-                    for q in conv.questions:
-                        outcome = system.query(conv, q, budgets.get(q.qid))
-                        runs[system.name].rows.append(_row(conv, q, outcome))
-                        bar.update()
-        runs[system.name].peak_rss_mb = rss.peak_mb
-        logger.info("%s: built %d units in %.1fs", system.name, runs[system.name].units, runs[system.name].build_seconds)
+                for q in conv.questions:
+                    outcome = system.query(conv, q, budgets.get(q.qid))
+                    runs[system.name].rows.append(_row(conv, q, outcome))
+                    bar.update()
+        runs[system.name].peak_rss_mb = max(build_rss.peak_mb, rss.peak_mb)
     return runs
+
+
+def _build(conversations: Sequence[BenchConversation], systems: Sequence[BenchSystem], runs: Dict[str, SystemRun],
+           show_progress: bool) -> None:
+    """Every system builds each conversation in turn, so a machine whose speed drifts over minutes
+    slows every system alike and the ingest ratios stay comparable; encoders are warmed first, so
+    the first system timed does not pay for the process's first forward pass."""
+    for system in systems:
+        system.warm_up()
+    for conv in tqdm(conversations, desc="Building", disable=not show_progress):
+        for system in systems:
+            start = time.perf_counter()
+            runs[system.name].units += system.build(conv)
+            runs[system.name].build_seconds += time.perf_counter() - start
+    for system in systems:
+        run_ = runs[system.name]
+        run_.build_seconds = system.build_seconds(run_.build_seconds)
+        run_.build_llm_tokens = system.build_llm_tokens
+        logger.info("%s: built %d units in %.1fs", system.name, run_.units, run_.build_seconds)
 
 
 def _row(conv: BenchConversation, q: Any, outcome: QueryOutcome) -> Dict[str, Any]:
