@@ -47,8 +47,27 @@ def test_results_json_has_the_specified_shape(memgallery_run):
 def test_stock_contexts_are_filled_to_vmems_token_count(memgallery_run):
     _, results, _ = memgallery_run
     vmem = {r["qid"]: r["context_tokens"] for r in results["vmem"]["per_question"]}
-    for row in results["stock-dense"]["per_question"]:
-        assert row["context_tokens"] >= min(vmem[row["qid"]], 50)
+    stock = {r["qid"]: r["context_tokens"] for r in results["stock-dense"]["per_question"]}
+    # a stock context is whole units, the nearest count to vmem's size: no systematic excess either way
+    assert abs(sum(stock.values()) - sum(vmem.values())) <= 0.03 * sum(vmem.values())
+    assert all(abs(stock[q] - vmem[q]) <= 0.1 * vmem[q] for q in vmem)
+
+
+def test_a_context_fill_counts_separators_and_stops_nearest_the_budget():
+    from llama_index_vmem.bench.systems import count_tokens, fill_to_budget
+    from llama_index_vmem.delivery import BLOCK_SEPARATOR
+
+    items = [("D1:1", " ".join(["alpha"] * 20)), ("D1:1", " ".join(["beta"] * 10)), ("D1:2", " ".join(["gamma"] * 30)),
+             ("D1:3", " ".join(["delta"] * 4))]
+    size = [count_tokens(t) for _, t in items]
+    sep = count_tokens(BLOCK_SEPARATOR)
+    two = size[0] + sep + size[1]
+    context, keys = fill_to_budget(items, two)
+    assert keys == ["D1:1"] and context == BLOCK_SEPARATOR.join(t for _, t in items[:2])
+    assert fill_to_budget(items, two + sep + size[2] // 2 + 1)[1] == ["D1:1", "D1:2"]  # nearer with gamma than without
+    assert fill_to_budget(items, two + sep + size[2] // 2 - 1)[1] == ["D1:1"]  # nearer without it, and it stops there
+    assert fill_to_budget(items, None)[1] == ["D1:1", "D1:2", "D1:3"]
+    assert count_tokens(fill_to_budget(items, None)[0]) == sum(size) + 3 * sep
 
 
 def test_qa_answers_with_the_answer_prompt_and_judges_with_the_benchmark_prompt(memgallery_run):
@@ -118,7 +137,7 @@ def test_stock_context_at_round_granularity_fills_whole_rounds_to_the_budget():
     rounds = [BenchRound(f"D1:{i}", "D1", "", "word " * 10 * i, "ok") for i in range(1, 5)]
     conv = BenchConversation("c", "memgallery", rounds, [], "caption")
     size = {r.key: count_tokens("\n".join([r.user, r.assistant])) for r in rounds}
-    budget = size["D1:3"] + 1
+    budget = size["D1:3"] + size["D1:1"]
     assert _fill_rounds(conv, ["D1:3", "D1:1", "D1:4", "D1:2"], budget) == ["D1:3", "D1:1"]
     assert _fill_rounds(conv, ["D1:2"], None) == ["D1:2"]
 

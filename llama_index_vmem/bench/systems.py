@@ -240,7 +240,8 @@ class StockSystem(BenchSystem):
         hits = self._hits(self.retrievers[conv.name], bundle)
         elapsed = (time.perf_counter() - start) * 1000
         ranking = dedupe(h.node.metadata[schema.ROUND_KEY] for h in hits)
-        context, delivered = _fill(hits, token_budget)
+        context, delivered = fill_to_budget([(h.node.metadata[schema.ROUND_KEY], h.node.get_content()) for h in hits],
+                                            token_budget)
         return QueryOutcome(ranking, delivered, context, elapsed, delivered_as_rounds=_fill_rounds(conv, ranking, token_budget))
 
 
@@ -256,16 +257,9 @@ class StockSystem(BenchSystem):
 
 
 def _fill_rounds(conv: BenchConversation, ranking: List[str], budget: Optional[int]) -> List[str]:
-    """Whole rounds in rank order until ``budget`` tokens: the stock ranking at V-Mem's granularity."""
+    """Whole rounds in rank order to ``budget`` tokens: the stock ranking at V-Mem's granularity."""
     texts = {r.key: "\n".join([r.user, r.assistant, *(i.caption for i in r.images)]) for r in conv.rounds}
-    keys: List[str] = []
-    used = 0
-    for key in ranking:
-        if budget is not None and used >= budget:
-            break
-        keys.append(key)
-        used += count_tokens(texts[key])
-    return keys
+    return fill_to_budget([(key, texts[key]) for key in ranking], budget)[1]
 
 
 def _bm25(nodes: List[TextNode]) -> BaseRetriever:
@@ -276,16 +270,25 @@ def _bm25(nodes: List[TextNode]) -> BaseRetriever:
                                        stemmer=Stemmer.Stemmer("english"), language="english")
 
 
-def _fill(hits: List[NodeWithScore], budget: Optional[int]) -> Tuple[str, List[str]]:
-    """Unit texts in rank order until ``budget`` tokens are reached (all of them with no budget)."""
+def fill_to_budget(items: List[Tuple[str, str]], budget: Optional[int]) -> Tuple[str, List[str]]:
+    """``(round key, text)`` items in order, joined as a context of about ``budget`` tokens.
+
+    Separators count too, and the item that crosses the budget is kept only when that lands
+    nearer the budget than stopping short, so a stock context is as large as V-Mem's on average
+    rather than always a little larger. Returns the context and its distinct round keys.
+    """
+    separator = count_tokens(delivery.BLOCK_SEPARATOR)
     parts: List[str] = []
     keys: List[str] = []
     used = 0
-    for h in hits:
-        if budget is not None and used >= budget:
+    for key, text in items:
+        cost = count_tokens(text) + (separator if parts else 0)
+        if budget is not None and used + cost > budget:
+            if used + cost - budget < budget - used:
+                parts.append(text)
+                keys.append(key)
             break
-        text = h.node.get_content()
         parts.append(text)
-        keys.append(h.node.metadata[schema.ROUND_KEY])
-        used += count_tokens(text)
+        keys.append(key)
+        used += cost
     return delivery.BLOCK_SEPARATOR.join(parts), dedupe(keys)
