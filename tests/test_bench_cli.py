@@ -53,21 +53,20 @@ def test_stock_contexts_are_filled_to_vmems_token_count(memgallery_run):
     assert all(abs(stock[q] - vmem[q]) <= 0.1 * vmem[q] for q in vmem)
 
 
-def test_a_context_fill_counts_separators_and_stops_nearest_the_budget():
+def test_a_context_fill_counts_the_joined_context_and_stops_nearest_the_budget():
     from llama_index_vmem.bench.systems import count_tokens, fill_to_budget
     from llama_index_vmem.delivery import BLOCK_SEPARATOR
 
-    items = [("D1:1", " ".join(["alpha"] * 20)), ("D1:1", " ".join(["beta"] * 10)), ("D1:2", " ".join(["gamma"] * 30)),
-             ("D1:3", " ".join(["delta"] * 4))]
-    size = [count_tokens(t) for _, t in items]
-    sep = count_tokens(BLOCK_SEPARATOR)
-    two = size[0] + sep + size[1]
-    context, keys = fill_to_budget(items, two)
-    assert keys == ["D1:1"] and context == BLOCK_SEPARATOR.join(t for _, t in items[:2])
-    assert fill_to_budget(items, two + sep + size[2] // 2 + 1)[1] == ["D1:1", "D1:2"]  # nearer with gamma than without
-    assert fill_to_budget(items, two + sep + size[2] // 2 - 1)[1] == ["D1:1"]  # nearer without it, and it stops there
-    assert fill_to_budget(items, None)[1] == ["D1:1", "D1:2", "D1:3"]
-    assert count_tokens(fill_to_budget(items, None)[0]) == sum(size) + 3 * sep
+    items = [("D1:1", "alpha. " * 20), ("D1:1", "beta. " * 10), ("D1:2", "gamma. " * 30), ("D1:3", "delta. " * 4)]
+    joined = lambda n: BLOCK_SEPARATOR.join(t for _, t in items[:n])  # noqa: E731
+    two, three = count_tokens(joined(2)), count_tokens(joined(3))
+    assert fill_to_budget(items, two) == (joined(2), ["D1:1"])
+    middle = (two + three) / 2
+    assert fill_to_budget(items, int(middle) + 1)[1] == ["D1:1", "D1:2"]  # nearer with gamma than without
+    assert fill_to_budget(items, int(middle) - 1)[1] == ["D1:1"]  # nearer without it, and it stops there
+    assert fill_to_budget(items, 0) == ("", [])
+    assert fill_to_budget(items, None) == (joined(4), ["D1:1", "D1:2", "D1:3"])
+    assert fill_to_budget(items, 10**6)[1] == ["D1:1", "D1:2", "D1:3"]
 
 
 def test_qa_answers_with_the_answer_prompt_and_judges_with_the_benchmark_prompt(memgallery_run):

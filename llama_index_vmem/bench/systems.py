@@ -271,24 +271,19 @@ def _bm25(nodes: List[TextNode]) -> BaseRetriever:
 
 
 def fill_to_budget(items: List[Tuple[str, str]], budget: Optional[int]) -> Tuple[str, List[str]]:
-    """``(round key, text)`` items in order, joined as a context of about ``budget`` tokens.
+    """The first ``(round key, text)`` items, joined, whose context is nearest ``budget`` tokens.
 
-    Separators count too, and the item that crosses the budget is kept only when that lands
-    nearer the budget than stopping short, so a stock context is as large as V-Mem's on average
-    rather than always a little larger. Returns the context and its distinct round keys.
+    Tokens are counted on the joined context, separators and all, and the item that crosses the
+    budget is kept when that lands nearer it than stopping short, so stock contexts match V-Mem's
+    size on average. Returns the context and its distinct round keys (everything with no budget).
     """
-    separator = count_tokens(delivery.BLOCK_SEPARATOR)
-    parts: List[str] = []
-    keys: List[str] = []
-    used = 0
-    for key, text in items:
-        cost = count_tokens(text) + (separator if parts else 0)
-        if budget is not None and used + cost > budget:
-            if used + cost - budget < budget - used:
-                parts.append(text)
-                keys.append(key)
-            break
-        parts.append(text)
-        keys.append(key)
-        used += cost
-    return delivery.BLOCK_SEPARATOR.join(parts), dedupe(keys)
+    texts = [text for _, text in items]
+    size = lambda n: count_tokens(delivery.BLOCK_SEPARATOR.join(texts[:n]))  # noqa: E731
+    n = len(items)
+    if budget is not None:
+        low, high = 0, n  # the longest prefix within the budget, by bisection: contexts only grow
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if size(mid) <= budget else (low, mid - 1)
+        n = low + 1 if low < n and size(low + 1) - budget < budget - size(low) else low
+    return delivery.BLOCK_SEPARATOR.join(texts[:n]), dedupe(key for key, _ in items[:n])
