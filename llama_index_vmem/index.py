@@ -29,7 +29,7 @@ from . import images as image_io
 from . import schema
 from .config import VMemConfig
 from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedding, image_encoder_id
-from .encoders.text import padded_batches
+from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
 from .lifecycle import Selection, StoredRound, TimeLike
 from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, round_input_from_dict
@@ -341,7 +341,8 @@ class VMemIndex:
     def _embed_texts(self, texts: List[str]) -> List[List[float]]:
         """Length-sorted batches sized by padded length: little padding, few calls."""
         out: List[List[float]] = [[] for _ in texts]
-        for batch in tqdm(padded_batches(texts), desc="Encoding texts", disable=not self.show_progress):
+        batches = padded_batches(token_lengths(self.embed_model, texts))
+        for batch in tqdm(batches, desc="Encoding texts", disable=not self.show_progress):
             for i, e in zip(batch, self.embed_model.get_text_embedding_batch([texts[i] for i in batch]), strict=True):
                 out[i] = e
         return out

@@ -3,7 +3,7 @@
 import numpy as np
 
 from llama_index_vmem.encoders import default_text_embedding
-from llama_index_vmem.encoders.text import cpu_has_native_bf16, padded_batches
+from llama_index_vmem.encoders.text import cpu_has_native_bf16, padded_batches, token_lengths
 from llama_index_vmem.store import Collection
 
 TEXTS = [
@@ -34,15 +34,26 @@ def test_auto_precision_follows_the_cpu():
 
 
 def test_padded_batches_sort_cover_and_respect_the_budget():
-    texts = ["x" * n for n in [300, 5, 40, 40, 1200, 7, 90, 2500, 60, 15]]
-    batches = padded_batches(texts, budget=400, max_size=3)
+    lengths = [300, 5, 40, 40, 1200, 7, 90, 2500, 60, 15]
+    batches = padded_batches(lengths, budget=400, max_size=3)
     flat = [i for b in batches for i in b]
-    assert sorted(flat) == list(range(len(texts)))  # every text exactly once
-    assert [len(texts[i]) for i in flat] == sorted(map(len, texts))  # shortest first
+    assert sorted(flat) == list(range(len(lengths)))  # every text exactly once
+    assert [lengths[i] for i in flat] == sorted(lengths)  # shortest first
     for b in batches:
         assert len(b) <= 3
-        assert len(b) == 1 or len(b) * max(len(texts[i]) for i in b) <= 400
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 400
     assert [len(b) for b in batches] == [3, 3, 1, 1, 1, 1]  # short texts share, long ones go alone
+
+
+def test_token_lengths_come_from_the_encoders_tokenizer_or_an_estimate(minilm):
+    from llama_index.core.embeddings import MockEmbedding
+
+    texts = ["hello", "the rocket launch was postponed", "word " * 400]
+    counted = token_lengths(minilm, texts)
+    assert counted[0] == 3 and counted[1] == 7  # [CLS] ... [SEP]
+    assert counted[2] == minilm.max_length  # cut where the forward pass cuts
+    assert token_lengths(minilm, []) == []
+    assert token_lengths(MockEmbedding(embed_dim=4), texts) == [2, 8, 501]  # characters / 4, plus one
 
 
 def test_ingest_embeds_in_padded_batches_and_stores_what_one_text_at_a_time_gives(make_index, minilm):
