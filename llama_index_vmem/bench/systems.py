@@ -38,7 +38,7 @@ from .metrics import dedupe
 logger = logging.getLogger(__name__)
 
 #: Units each stock retriever returns: enough to fill K distinct rounds and vmem's token budget.
-STOCK_POOL = 100
+STOCK_POOL = 300
 #: The ablation ladder of the paper's Table 3; ``anchors`` is the full system.
 RUNGS = {
     "vanilla": dict(routing=False, round_level=False, anchors=False),
