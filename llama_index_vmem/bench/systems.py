@@ -10,6 +10,7 @@ pixels, ``MultiModalVectorStoreIndex`` with our image encoder.
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 from itertools import zip_longest
 import tempfile
@@ -278,7 +279,7 @@ def fill_to_budget(items: List[Tuple[str, str]], budget: Optional[int]) -> Tuple
     size on average. Returns the context and its distinct round keys (everything with no budget).
     """
     texts = [text for _, text in items]
-    size = lambda n: count_tokens(delivery.BLOCK_SEPARATOR.join(texts[:n]))  # noqa: E731
+    size = functools.cache(lambda n: count_tokens(delivery.BLOCK_SEPARATOR.join(texts[:n])))  # each prefix counted once
     n = len(items)
     if budget is not None:
         low, high = 0, n  # the longest prefix within the budget, by bisection: contexts only grow
