@@ -60,13 +60,35 @@ def test_a_context_fill_counts_the_joined_context_and_stops_nearest_the_budget()
     items = [("D1:1", "alpha. " * 20), ("D1:1", "beta. " * 10), ("D1:2", "gamma. " * 30), ("D1:3", "delta. " * 4)]
     joined = lambda n: BLOCK_SEPARATOR.join(t for _, t in items[:n])  # noqa: E731
     two, three = count_tokens(joined(2)), count_tokens(joined(3))
-    assert fill_to_budget(items, two) == (joined(2), ["D1:1"])
+    assert fill_to_budget(items, two) == (joined(2), ["D1:1", "D1:1"])
     middle = (two + three) / 2
-    assert fill_to_budget(items, int(middle) + 1)[1] == ["D1:1", "D1:2"]  # nearer with gamma than without
-    assert fill_to_budget(items, int(middle) - 1)[1] == ["D1:1"]  # nearer without it, and it stops there
+    assert fill_to_budget(items, int(middle) + 1)[1] == ["D1:1", "D1:1", "D1:2"]  # nearer with gamma than without
+    assert fill_to_budget(items, int(middle) - 1)[1] == ["D1:1", "D1:1"]  # nearer without it, and it stops there
     assert fill_to_budget(items, 0) == ("", [])
-    assert fill_to_budget(items, None) == (joined(4), ["D1:1", "D1:2", "D1:3"])
-    assert fill_to_budget(items, 10**6)[1] == ["D1:1", "D1:2", "D1:3"]
+    assert fill_to_budget(items, None) == (joined(4), ["D1:1", "D1:1", "D1:2", "D1:3"])
+    assert fill_to_budget(items, 10**6)[1] == ["D1:1", "D1:1", "D1:2", "D1:3"]
+
+
+def test_a_stock_context_holding_one_span_of_a_locomo_round_delivers_only_that_spans_turns(tmp_path):
+    """Speaker A's line alone in the context does not deliver speaker B's reply from the same round."""
+    from llama_index_vmem.bench.data import load_locomo
+    from llama_index_vmem.bench.systems import StockSystem, count_tokens
+
+    turns = [("Ann", "D1:1", "I adopted a greyhound named Pixel last spring."), ("Bob", "D1:2", "Lovely, mine is a tabby cat."),
+             ("Ann", "D1:3", "We went hiking at Mount Tam on Sunday."), ("Bob", "D1:4", "I stayed home and painted.")]
+    sample = {"sample_id": "c", "conversation": {"speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "8 May, 2023",
+                                                 "session_1": [{"speaker": s, "dia_id": d, "text": t} for s, d, t in turns]},
+              "qa": [{"question": "What is the name of the greyhound Ann adopted?", "answer": "Pixel",
+                      "evidence": ["D1:1", "D1:2"], "category": 4}]}
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([sample]))
+    [conv] = load_locomo(path)
+    stock = StockSystem("stock-bm25", None, None)
+    stock.build(conv)
+    outcome = stock.query(conv, conv.questions[0], count_tokens("Ann: " + turns[0][2]))
+    assert outcome.ranking[0] == "D1:1" and outcome.context == "Ann: " + turns[0][2]
+    assert outcome.delivered == ["D1:1"]  # D1:2 shares the round but not the context
+    assert outcome.delivered_as_rounds == ["D1:1"] and conv.turn_ids(outcome.delivered_as_rounds) == ["D1:1", "D1:2"]
 
 
 def test_qa_answers_with_the_answer_prompt_and_judges_with_the_benchmark_prompt(memgallery_run):

@@ -45,6 +45,7 @@ def test_memgallery_loader(tmp_path, with_pixels, mode):
     assert q.category == "TTL" and q.gold == ["D1:2"] and q.image_caption == "a blue square"
     assert (q.image_path is not None) is with_pixels
     assert conv.rounds[1].as_round_dict()["images"][0].get("path") == (str(image.path) if with_pixels else None)
+    assert conv.span_ids([("D1:2", "user"), ("D1:2", "D1:IMG_001")]) == ["D1:2", "D1:2"]  # evidence is per round here
 
 
 def test_memgallery_image_root(tmp_path):
@@ -81,6 +82,9 @@ def test_locomo_rounds_group_speaker_a_with_following_b_turns(tmp_path):
     assert conv.questions[1].gold == ["D1:2", "D1:4", "D1:5"] and conv.questions[1].answer == "2022"
     assert conv.malformed_evidence == 3
     assert conv.turn_ids(["D1:2", "D1:5"]) == ["D1:2", "D1:3", "D1:4", "D1:5"]
+    # a span carries its own turns only: a context holding Ann's line does not hold Bob's replies
+    assert conv.span_ids([("D1:2", "user"), ("D1:2", "D1:3:IMG"), ("D1:1", "assistant")]) == ["D1:2", "D1:3", "D1:1"]
+    assert conv.span_ids([("D1:2", "assistant"), ("D1:5", None)]) == ["D1:3", "D1:4", "D1:5"]
 
 
 def test_parse_evidence():

@@ -12,7 +12,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,13 @@ class BenchRound:
     images: List[BenchImage] = field(default_factory=list)
     #: The benchmark's own ids covered by this round (Mem-Gallery: the round; LoCoMo: its turns).
     turn_ids: List[str] = field(default_factory=list)
+    #: LoCoMo: the turns whose text each span carries (``user``, ``assistant``, an image id).
+    span_turn_ids: Dict[str, List[str]] = field(default_factory=dict)
+
+    def ids_of(self, span: Optional[str] = None) -> List[str]:
+        """The benchmark ids whose text ``span`` carries: a context holding one span of a LoCoMo
+        round holds those turns only; a span not listed (any Mem-Gallery span) stands for the round."""
+        return self.span_turn_ids.get(span, self.turn_ids) if span else self.turn_ids
 
     def as_round_dict(self) -> Dict[str, Any]:
         """The ``VMemIndex.add_rounds`` input for this round."""
@@ -82,8 +89,12 @@ class BenchConversation:
 
     def turn_ids(self, round_keys: List[str]) -> List[str]:
         """Expand round keys to the benchmark's ids, in order."""
-        by_key = {r.key: r.turn_ids for r in self.rounds}
-        return [t for k in round_keys for t in by_key.get(k, [])]
+        return self.span_ids((key, None) for key in round_keys)
+
+    def span_ids(self, spans: Iterable[Tuple[str, Optional[str]]]) -> List[str]:
+        """Expand ``(round key, span)`` pairs (``None``: the whole round) to the benchmark's ids, in order."""
+        by_key = {r.key: r for r in self.rounds}
+        return [t for key, span in spans if key in by_key for t in by_key[key].ids_of(span)]
 
 
 def _image_path(raw: Optional[str], json_path: Path, image_root: Optional[Path]) -> Optional[Path]:
@@ -161,14 +172,14 @@ def load_locomo(path: Path) -> List[BenchConversation]:
                 if current is None or (is_a and current.assistant):
                     current = BenchRound(turn["dia_id"], f"D{number}", when, "", "", [], [])
                     rounds.append(current)
-                if is_a and not current.assistant:
-                    current.user = "\n".join(t for t in (current.user, text) if t)
-                else:
-                    current.assistant = "\n".join(t for t in (current.assistant, text) if t)
+                span = "user" if is_a and not current.assistant else "assistant"
+                setattr(current, span, "\n".join(t for t in (getattr(current, span), text) if t))
                 current.turn_ids.append(turn["dia_id"])
+                current.span_turn_ids.setdefault(span, []).append(turn["dia_id"])
                 if turn.get("blip_caption"):
-                    current.images.append(BenchImage(f"{turn['dia_id']}:IMG", turn["blip_caption"],
-                                                     role="user" if is_a and not current.assistant else "assistant"))
+                    image = BenchImage(f"{turn['dia_id']}:IMG", turn["blip_caption"], role=span)
+                    current.images.append(image)
+                    current.span_turn_ids[image.image_id] = [turn["dia_id"]]
         questions = []
         malformed = 0
         for i, qa in enumerate(sample["qa"]):

@@ -116,13 +116,12 @@ def _build(conversations: Sequence[BenchConversation], systems: Sequence[BenchSy
 
 
 def _row(conv: BenchConversation, q: Any, outcome: QueryOutcome) -> Dict[str, Any]:
-    delivered = gold_ids(conv, outcome.delivered)
     return {
         "qid": q.qid,
         "category": q.category,
         "gold": q.gold,
         "retrieved": gold_ids(conv, outcome.ranking),
-        "context_evidence_recall": evidence_recall(delivered, q.gold) if q.gold else None,
+        "context_evidence_recall": evidence_recall(outcome.delivered, q.gold) if q.gold else None,
         "context_evidence_recall_rounds": evidence_recall(gold_ids(conv, outcome.delivered_as_rounds), q.gold)
         if q.gold and outcome.delivered_as_rounds is not None else None,
         "context_tokens": outcome.tokens,

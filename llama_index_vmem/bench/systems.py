@@ -17,7 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, TypeVar
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -37,6 +37,7 @@ from .data import BenchConversation, BenchQuestion
 from .metrics import dedupe
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Units each stock retriever returns: enough to fill K distinct rounds and vmem's token budget.
 STOCK_POOL = 300
@@ -48,6 +49,8 @@ RUNGS = {
     "anchors": dict(routing=True, round_level=True, anchors=True),
 }
 STOCK_SYSTEMS = ("stock-dense", "stock-bm25", "stock-fusion", "stock-multimodal")
+#: Stock unit metadata: which span of its round a unit is (``user``, ``assistant`` or an image id).
+SPAN = "span"
 WARM_UP_TEXTS = ["a short warm-up text", "and a second, slightly longer one, to warm a padded batch"]
 
 
@@ -61,7 +64,7 @@ class QueryOutcome:
 
     #: Round keys, best first, deduplicated (the unit-ranking metric cuts this at K).
     ranking: List[str]
-    #: Round keys in the context delivered to the answering model.
+    #: The benchmark's evidence ids whose text is in the context delivered to the answering model.
     delivered: List[str]
     context: str
     retrieval_ms: float
@@ -130,16 +133,19 @@ class VMemSystem(BenchSystem):
         keys = [n.node.metadata[schema.ROUND_KEY] for n in result.nodes if not isinstance(n.node, ImageNode)]
         if result.plan.round_level:
             blocks = NeighborRoundPostprocessor(index).postprocess_nodes(result.nodes, bundle)
-            delivered = [k for b in blocks if not isinstance(b.node, ImageNode) for k in b.node.metadata[BLOCK_ROUNDS]]
-        else:
-            blocks, delivered = result.nodes, keys
+            rounds = dedupe(k for b in blocks if not isinstance(b.node, ImageNode) for k in b.node.metadata[BLOCK_ROUNDS])
+            spans = [(key, None) for key in rounds]
+        else:  # bare units: each carries one span of its round
+            blocks, rounds = result.nodes, dedupe(keys)
+            spans = [(n.node.metadata[schema.ROUND_KEY], n.node.metadata.get(schema.IMAGE_ID) or n.node.metadata.get(schema.ROLE))
+                     for n in result.nodes]
+        delivered = dedupe(conv.span_ids(spans))
         if self.shared.delivery is DeliveryMode.PIXELS and result.plan.round_level:
             content = Deliverer(index, DeliveryMode.PIXELS).deliver(blocks, bundle)
             text = "".join(b.text for b in content if isinstance(b, TextBlock))
             images = sum(isinstance(b, ImageBlock) for b in content)
-            return QueryOutcome(dedupe(keys), dedupe(delivered), text, elapsed, images, dedupe(delivered))
-        return QueryOutcome(dedupe(keys), dedupe(delivered), delivery.text_context(blocks), elapsed,
-                            delivered_as_rounds=dedupe(delivered))
+            return QueryOutcome(dedupe(keys), delivered, text, elapsed, images, rounds)
+        return QueryOutcome(dedupe(keys), delivered, delivery.text_context(blocks), elapsed, delivered_as_rounds=rounds)
 
 
 class VMemBuild:
@@ -179,18 +185,17 @@ class VMemBuild:
 def unit_nodes(conv: BenchConversation) -> List[TextNode]:
     """The units V-Mem stores (user span, assistant span, image caption), as stock ``TextNode``s."""
     nodes: List[TextNode] = []
+    hidden = [schema.ROUND_KEY, SPAN]
     for r in conv.rounds:
-        spans = [r.user, r.assistant] + [i.caption for i in r.images if not i.path]
-        for text in spans:
+        spans = [("user", r.user), ("assistant", r.assistant)] + [(i.image_id, i.caption) for i in r.images if not i.path]
+        for span, text in spans:
             if text.strip():
-                nodes.append(TextNode(text=text, metadata={schema.ROUND_KEY: r.key},
-                                      excluded_embed_metadata_keys=[schema.ROUND_KEY],
-                                      excluded_llm_metadata_keys=[schema.ROUND_KEY]))
+                nodes.append(TextNode(text=text, metadata={schema.ROUND_KEY: r.key, SPAN: span},
+                                      excluded_embed_metadata_keys=hidden, excluded_llm_metadata_keys=hidden))
         for i in r.images:
             if i.path:
-                nodes.append(ImageNode(text=i.caption, image_path=str(i.path), metadata={schema.ROUND_KEY: r.key},
-                                       excluded_embed_metadata_keys=[schema.ROUND_KEY],
-                                       excluded_llm_metadata_keys=[schema.ROUND_KEY]))
+                nodes.append(ImageNode(text=i.caption, image_path=str(i.path), metadata={schema.ROUND_KEY: r.key, SPAN: i.image_id},
+                                       excluded_embed_metadata_keys=hidden, excluded_llm_metadata_keys=hidden))
     return nodes
 
 
@@ -241,9 +246,10 @@ class StockSystem(BenchSystem):
         hits = self._hits(self.retrievers[conv.name], bundle)
         elapsed = (time.perf_counter() - start) * 1000
         ranking = dedupe(h.node.metadata[schema.ROUND_KEY] for h in hits)
-        context, delivered = fill_to_budget([(h.node.metadata[schema.ROUND_KEY], h.node.get_content()) for h in hits],
-                                            token_budget)
-        return QueryOutcome(ranking, delivered, context, elapsed, delivered_as_rounds=_fill_rounds(conv, ranking, token_budget))
+        units = [((h.node.metadata[schema.ROUND_KEY], h.node.metadata[SPAN]), h.node.get_content()) for h in hits]
+        context, spans = fill_to_budget(units, token_budget)
+        return QueryOutcome(ranking, dedupe(conv.span_ids(spans)), context, elapsed,
+                            delivered_as_rounds=_fill_rounds(conv, ranking, token_budget))
 
 
     def _hits(self, retriever: BaseRetriever, bundle: QueryBundle) -> List[NodeWithScore]:
@@ -260,7 +266,7 @@ class StockSystem(BenchSystem):
 def _fill_rounds(conv: BenchConversation, ranking: List[str], budget: Optional[int]) -> List[str]:
     """Whole rounds in rank order to ``budget`` tokens: the stock ranking at V-Mem's granularity."""
     texts = {r.key: "\n".join([r.user, r.assistant, *(i.caption for i in r.images)]) for r in conv.rounds}
-    return fill_to_budget([(key, texts[key]) for key in ranking], budget)[1]
+    return fill_to_budget([(key, texts[key]) for key in ranking], budget)[1]  # ranking is already deduplicated
 
 
 def _bm25(nodes: List[TextNode]) -> BaseRetriever:
@@ -271,12 +277,12 @@ def _bm25(nodes: List[TextNode]) -> BaseRetriever:
                                        stemmer=Stemmer.Stemmer("english"), language="english")
 
 
-def fill_to_budget(items: List[Tuple[str, str]], budget: Optional[int]) -> Tuple[str, List[str]]:
-    """The first ``(round key, text)`` items, joined, whose context is nearest ``budget`` tokens.
+def fill_to_budget(items: List[Tuple[T, str]], budget: Optional[int]) -> Tuple[str, List[T]]:
+    """The first ``(label, text)`` items, joined, whose context is nearest ``budget`` tokens.
 
     Tokens are counted on the joined context, separators and all, and the item that crosses the
     budget is kept when that lands nearer it than stopping short, so stock contexts match V-Mem's
-    size on average. Returns the context and its distinct round keys (everything with no budget).
+    size on average. Returns the context and the labels of the items in it (everything with no budget).
     """
     texts = [text for _, text in items]
     size = functools.cache(lambda n: count_tokens(delivery.BLOCK_SEPARATOR.join(texts[:n])))  # each prefix counted once
@@ -287,4 +293,4 @@ def fill_to_budget(items: List[Tuple[str, str]], budget: Optional[int]) -> Tuple
             mid = (low + high + 1) // 2
             low, high = (mid, high) if size(mid) <= budget else (low, mid - 1)
         n = low + 1 if low < n and size(low + 1) - budget < budget - size(low) else low
-    return delivery.BLOCK_SEPARATOR.join(texts[:n]), dedupe(key for key, _ in items[:n])
+    return delivery.BLOCK_SEPARATOR.join(texts[:n]), [label for label, _ in items[:n]]
