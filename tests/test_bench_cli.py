@@ -202,3 +202,28 @@ def test_builds_interleave_by_conversation_after_every_encoder_is_warm(tmp_path)
                       ("vmem", "query", "a"), ("vmem", "query", "b"),
                       ("stock-dense", "query", "a"), ("stock-dense", "query", "b")]
     assert runs["stock-dense"].units == 2 and runs["vmem"].build_seconds >= 0.0
+
+
+def test_every_system_counts_as_delivered_only_evidence_whose_text_is_in_its_context(minilm):
+    """Each delivered round id must be backed by text of that round in the context: whole rounds for
+    vmem, bare text units for the unit-level rungs (an image unit adds no text), units for stock."""
+    from llama_index_vmem.bench.data import load_memgallery
+    from llama_index_vmem.bench.harness import BENCHMARK_CONFIGS
+    from llama_index_vmem.bench.systems import RUNGS, StockSystem, VMemBuild, VMemSystem
+
+    conv = load_memgallery(sorted((DATA / "memgallery" / "dialog").glob("*.json"))[0])
+    conv.questions = conv.questions[:20]
+    build = VMemBuild(minilm, None, config=BENCHMARK_CONFIGS["memgallery"])
+    stock = StockSystem("stock-bm25", minilm, None)
+    try:
+        build.build(conv)
+        stock.build(conv)
+        spans = {r.key: [t.strip() for t in [r.user, r.assistant, *(i.caption for i in r.images)] if t.strip()] for r in conv.rounds}
+        for system in [VMemSystem(rung, build, rung) for rung in RUNGS] + [stock]:
+            for q in conv.questions:
+                outcome = system.query(conv, q, 800)
+                assert outcome.delivered, (system.name, q.qid)
+                for rid in outcome.delivered:
+                    assert any(text in outcome.context for text in spans[rid]), (system.name, q.qid, rid)
+    finally:
+        build.close()

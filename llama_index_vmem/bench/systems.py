@@ -130,15 +130,15 @@ class VMemSystem(BenchSystem):
         start = time.perf_counter()
         result = retriever.retrieve_with_plan(bundle, **self.overrides)
         elapsed = (time.perf_counter() - start) * 1000
-        keys = [n.node.metadata[schema.ROUND_KEY] for n in result.nodes if not isinstance(n.node, ImageNode)]
+        texts = [n.node for n in result.nodes if not isinstance(n.node, ImageNode)]  # the nodes a text context holds
+        keys = [node.metadata[schema.ROUND_KEY] for node in texts]
         if result.plan.round_level:
             blocks = NeighborRoundPostprocessor(index).postprocess_nodes(result.nodes, bundle)
             rounds = dedupe(k for b in blocks if not isinstance(b.node, ImageNode) for k in b.node.metadata[BLOCK_ROUNDS])
             spans = [(key, None) for key in rounds]
-        else:  # bare units: each carries one span of its round
+        else:  # bare text units: each carries one span of its round
             blocks, rounds = result.nodes, dedupe(keys)
-            spans = [(n.node.metadata[schema.ROUND_KEY], n.node.metadata.get(schema.IMAGE_ID) or n.node.metadata.get(schema.ROLE))
-                     for n in result.nodes]
+            spans = [(node.metadata[schema.ROUND_KEY], node.metadata.get(schema.ROLE)) for node in texts]
         delivered = dedupe(conv.span_ids(spans))
         if self.shared.delivery is DeliveryMode.PIXELS and result.plan.round_level:
             content = Deliverer(index, DeliveryMode.PIXELS).deliver(blocks, bundle)
