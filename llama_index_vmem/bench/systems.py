@@ -130,22 +130,20 @@ class VMemSystem(BenchSystem):
         start = time.perf_counter()
         result = retriever.retrieve_with_plan(bundle, **self.overrides)
         elapsed = (time.perf_counter() - start) * 1000
-        texts = [n.node for n in result.nodes if not isinstance(n.node, ImageNode)]  # the nodes a text context holds
-        keys = [node.metadata[schema.ROUND_KEY] for node in texts]
-        if result.plan.round_level:
-            blocks = NeighborRoundPostprocessor(index).postprocess_nodes(result.nodes, bundle)
-            rounds = dedupe(k for b in blocks if not isinstance(b.node, ImageNode) for k in b.node.metadata[BLOCK_ROUNDS])
-            spans = [(key, None) for key in rounds]
-        else:  # bare text units: each carries one span of its round
-            blocks, rounds = result.nodes, dedupe(keys)
-            spans = [(node.metadata[schema.ROUND_KEY], node.metadata.get(schema.ROLE)) for node in texts]
-        delivered = dedupe(conv.span_ids(spans))
-        if self.shared.delivery is DeliveryMode.PIXELS and result.plan.round_level:
+        if not result.plan.round_level:  # units returned bare, a caption-only image as its caption
+            keys = dedupe(n.node.metadata[schema.ROUND_KEY] for n in result.nodes)
+            delivered = dedupe(conv.span_ids((n.node.metadata[schema.ROUND_KEY], _span(n.node)) for n in result.nodes))
+            context = delivery.BLOCK_SEPARATOR.join(n.node.get_content() for n in result.nodes)
+            return QueryOutcome(keys, delivered, context, elapsed, delivered_as_rounds=keys)
+        keys = dedupe(n.node.metadata[schema.ROUND_KEY] for n in result.nodes if not isinstance(n.node, ImageNode))
+        blocks = NeighborRoundPostprocessor(index).postprocess_nodes(result.nodes, bundle)
+        rounds = dedupe(k for b in blocks if not isinstance(b.node, ImageNode) for k in b.node.metadata[BLOCK_ROUNDS])
+        if self.shared.delivery is DeliveryMode.PIXELS:
             content = Deliverer(index, DeliveryMode.PIXELS).deliver(blocks, bundle)
             text = "".join(b.text for b in content if isinstance(b, TextBlock))
             images = sum(isinstance(b, ImageBlock) for b in content)
-            return QueryOutcome(dedupe(keys), delivered, text, elapsed, images, rounds)
-        return QueryOutcome(dedupe(keys), delivered, delivery.text_context(blocks), elapsed, delivered_as_rounds=rounds)
+            return QueryOutcome(keys, conv.turn_ids(rounds), text, elapsed, images, rounds)
+        return QueryOutcome(keys, conv.turn_ids(rounds), delivery.text_context(blocks), elapsed, delivered_as_rounds=rounds)
 
 
 class VMemBuild:
@@ -180,6 +178,11 @@ class VMemBuild:
         for index in self.indexes.values():
             index.close()
         self._tmp.cleanup()
+
+
+def _span(unit: TextNode) -> Optional[str]:
+    """Which span of its round a V-Mem unit is, in the loaders' terms (``user``, ``assistant``, an image id)."""
+    return unit.metadata.get(schema.IMAGE_ID) if unit.metadata.get(schema.ROLE) == schema.Role.IMAGE.value else unit.metadata.get(schema.ROLE)
 
 
 def unit_nodes(conv: BenchConversation) -> List[TextNode]:
