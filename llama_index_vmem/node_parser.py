@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core.base.llms.types import AudioBlock, ChatMessage, ImageBlock, MessageRole, TextBlock
 from llama_index.core.node_parser.interface import NodeParser
@@ -308,9 +308,8 @@ class RoundNodeParser(NodeParser):
         }
         pending: Dict[Path, images.LoadedImage] = {}
         image_units: List[Dict[str, Any]] = []
-        folded: Dict[str, List[str]] = {schema.Role.USER.value: [], schema.Role.ASSISTANT.value: []}
         for i, img in enumerate(r.images):
-            image_id = img.image_id or f"{key}:IMG_{i + 1}"
+            image_id = _image_id(img, key, i)
             if not img.has_pixels and not img.caption:
                 raise VMemInputError(f"{item} image {image_id}", "has neither pixels nor a caption")
             path = None
@@ -323,13 +322,8 @@ class RoundNodeParser(NodeParser):
                 path = self._image_path(loaded)
                 pending[path] = loaded
             image_units.append({"image_id": image_id, "path": path, "caption": img.caption or ""})
-            folded[img.role].append(f"[Image {image_id}] {img.caption}" if img.caption else f"[Image {image_id}]")
 
-        spans = [
-            (schema.Role.USER.value, "\n".join([r.user] + folded[schema.Role.USER.value]).strip()),
-            *[(schema.Role.AUDIO.value, f"[Audio: {t}]") for t in r.audio_transcripts],
-            (schema.Role.ASSISTANT.value, "\n".join([r.assistant] + folded[schema.Role.ASSISTANT.value]).strip()),
-        ]
+        spans = round_spans(r, key)
         units: List[TextNode] = []
         for role, text in spans:
             if text:
@@ -341,7 +335,7 @@ class RoundNodeParser(NodeParser):
 
         round_node = TextNode(
             id_=rid,
-            text=_round_text(r, spans),
+            text=round_text(spans),
             metadata={
                 **shared,
                 schema.IMAGE_IDS: [img["image_id"] for img in image_units],
@@ -384,7 +378,25 @@ class RoundNodeParser(NodeParser):
         )
 
 
-def _round_text(r: RoundInput, spans: List[tuple]) -> str:
-    """What the answering model reads for this round."""
+def _image_id(img: ImageInput, round_key: str, index: int) -> str:
+    return img.image_id or f"{round_key}:IMG_{index + 1}"
+
+
+def round_spans(r: RoundInput, round_key: str) -> List[Tuple[str, str]]:
+    """The round's ``(role, text)`` spans, each image folded into the span of whoever shared it as
+    ``[Image id] caption``: the text lane then matches what a picture shows (the paper's folding)."""
+    folded: Dict[str, List[str]] = {schema.Role.USER.value: [], schema.Role.ASSISTANT.value: []}
+    for i, img in enumerate(r.images):
+        image_id = _image_id(img, round_key, i)
+        folded[img.role].append(f"[Image {image_id}] {img.caption}" if img.caption else f"[Image {image_id}]")
+    return [
+        (schema.Role.USER.value, "\n".join([r.user] + folded[schema.Role.USER.value]).strip()),
+        *[(schema.Role.AUDIO.value, f"[Audio: {t}]") for t in r.audio_transcripts],
+        (schema.Role.ASSISTANT.value, "\n".join([r.assistant] + folded[schema.Role.ASSISTANT.value]).strip()),
+    ]
+
+
+def round_text(spans: List[Tuple[str, str]]) -> str:
+    """What the answering model reads for a round."""
     labels = {schema.Role.USER.value: "User", schema.Role.ASSISTANT.value: "Assistant", schema.Role.AUDIO.value: "User"}
     return "\n".join(f"{labels[role]}: {text}" for role, text in spans if text)

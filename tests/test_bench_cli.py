@@ -88,7 +88,6 @@ def test_a_stock_context_holding_one_span_of_a_locomo_round_delivers_only_that_s
     outcome = stock.query(conv, conv.questions[0], count_tokens("Ann: " + turns[0][2]))
     assert outcome.ranking[0] == "D1:1" and outcome.context == "Ann: " + turns[0][2]
     assert outcome.delivered == ["D1:1"]  # D1:2 shares the round but not the context
-    assert outcome.delivered_as_rounds == ["D1:1"] and conv.turn_ids(outcome.delivered_as_rounds) == ["D1:1", "D1:2"]
 
 
 def test_qa_answers_with_the_answer_prompt_and_judges_with_the_benchmark_prompt(memgallery_run):
@@ -157,10 +156,23 @@ def test_stock_context_at_round_granularity_fills_whole_rounds_to_the_budget():
 
     rounds = [BenchRound(f"D1:{i}", "D1", "", "word " * 10 * i, "ok") for i in range(1, 5)]
     conv = BenchConversation("c", "memgallery", rounds, [], "caption")
-    size = {r.key: count_tokens("\n".join([r.user, r.assistant])) for r in rounds}
+    size = {r.key: count_tokens(r.text) for r in rounds}
     budget = size["D1:3"] + size["D1:1"]
     assert _fill_rounds(conv, ["D1:3", "D1:1", "D1:4", "D1:2"], budget) == ["D1:3", "D1:1"]
     assert _fill_rounds(conv, ["D1:2"], None) == ["D1:2"]
+
+
+def test_a_bench_round_reads_exactly_as_vmem_delivers_it():
+    """The equal-granularity view fills stock contexts with rounds rendered as V-Mem's round nodes."""
+    from llama_index_vmem.bench.data import BenchImage, BenchRound
+    from llama_index_vmem.node_parser import RoundNodeParser, round_input_from_dict
+
+    r = BenchRound("D2:3", "D2", "2024-06-17", "Look at my cake!", "Lovely frosting.",
+                   [BenchImage("D2:IMG_001", "a chocolate cake"), BenchImage("D2:IMG_002", "a fork", role="assistant")])
+    [parsed] = RoundNodeParser(memory_id="m").parse_rounds([round_input_from_dict("r", r.as_round_dict())])
+    assert r.text == parsed.round_node.text
+    assert r.text == ("User: Look at my cake!\n[Image D2:IMG_001] a chocolate cake\n"
+                      "Assistant: Lovely frosting.\n[Image D2:IMG_002] a fork")
 
 
 def test_results_report_both_context_granularities(memgallery_run):

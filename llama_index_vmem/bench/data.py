@@ -7,12 +7,15 @@ caption; ``image_mode`` records which, per conversation, so the report never mix
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from ..node_parser import round_input_from_dict, round_spans, round_text
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +47,11 @@ class BenchRound:
     turn_ids: List[str] = field(default_factory=list)
     #: LoCoMo: the turns whose text each span carries (``user``, ``assistant``, an image id).
     span_turn_ids: Dict[str, List[str]] = field(default_factory=dict)
+
+    @functools.cached_property
+    def text(self) -> str:
+        """The round as V-Mem's context renders it (role labels; images folded in by id and caption)."""
+        return round_text(round_spans(round_input_from_dict(f"round {self.key}", self.as_round_dict()), self.key))
 
     def ids_of(self, span: Optional[str] = None) -> List[str]:
         """The benchmark ids whose text ``span`` carries: a context holding one span of a LoCoMo
