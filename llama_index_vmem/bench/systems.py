@@ -182,7 +182,8 @@ class VMemBuild:
 
 def _span(unit: TextNode) -> Optional[str]:
     """Which span of its round a V-Mem unit is, in the loaders' terms (``user``, ``assistant``, an image id)."""
-    return unit.metadata.get(schema.IMAGE_ID) if unit.metadata.get(schema.ROLE) == schema.Role.IMAGE.value else unit.metadata.get(schema.ROLE)
+    role = unit.metadata.get(schema.ROLE)
+    return unit.metadata.get(schema.IMAGE_ID) if role == schema.Role.IMAGE.value else role
 
 
 def unit_nodes(conv: BenchConversation) -> List[TextNode]:
