@@ -181,7 +181,10 @@ def load_locomo(path: Path) -> List[BenchConversation]:
                     current = BenchRound(turn["dia_id"], f"D{number}", when, "", "", [], [])
                     rounds.append(current)
                 span = "user" if is_a and not current.assistant else "assistant"
-                setattr(current, span, "\n".join(t for t in (getattr(current, span), text) if t))
+                if span == "user":
+                    current.user = "\n".join(t for t in (current.user, text) if t)
+                else:
+                    current.assistant = "\n".join(t for t in (current.assistant, text) if t)
                 current.turn_ids.append(turn["dia_id"])
                 current.span_turn_ids.setdefault(span, []).append(turn["dia_id"])
                 if turn.get("blip_caption"):
