@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 QUALITY = ("hit@k", "recall@k", "precision@k", "context_evidence_recall", "context_evidence_recall_rounds",
            "context_tokens_mean", "delivered_images_mean")
 COST = ("build_seconds", "units_per_second", "build_llm_tokens", "query_ms_p50", "query_ms_p95", "peak_rss_mb")
 QA = ("judge", "f1", "bleu1", "em", "locomo_f1")
+CONTEXT_LEGEND = (
+    "context_evidence_recall: the share of gold evidence whose text is in the context each system would deliver; "
+    "a stock context is its own units in rank order, filled to vmem's token count for that question. "
+    "context_evidence_recall_rounds: the same with stock contexts of whole rounds, rendered as vmem renders a round "
+    "(equal granularity)."
+)
 
 
 def system_names(results: Dict[str, Any]) -> List[str]:
@@ -28,13 +34,16 @@ def markdown(results: Dict[str, Any], chart: str = "") -> str:
     parts = [f"# vmem-bench: {results['benchmark']}", "",
              f"K = {k}; image mode: {results['image_mode']}; conversations: {len(results.get('conversations', []))}; "
              f"malformed evidence ids tolerated: {results.get('malformed_evidence_ids', 0)}", ""]
-    for title, keys in (("Retrieval and context (overall)", QUALITY), ("Cost", COST)):
-        parts += [f"## {title}", "", _table(["system", *keys], [[n, *[results[n]["overall"].get(m, "") for m in keys]] for n in names]), ""]
+    def overall(keys: Sequence[str]) -> str:
+        return _table(["system", *keys], [[n, *[results[n]["overall"].get(m, "") for m in keys]] for n in names])
+
+    parts += ["## Retrieval and context (overall)", "", overall(QUALITY), "", CONTEXT_LEGEND, "",
+              "## Cost", "", overall(COST), ""]
     qa_keys = [m for m in QA if any(m in results[n]["overall"] for n in names)]
     if qa_keys:
-        parts += ["## End-to-end QA", "", _table(["system", *qa_keys], [[n, *[results[n]["overall"].get(m, "") for m in qa_keys]] for n in names]), ""]
+        parts += ["## End-to-end QA", "", overall(qa_keys), ""]
     categories = sorted({c for n in names for c in results[n]["per_category"]})
-    for metric in ("hit@k", "recall@k", "context_evidence_recall"):
+    for metric in ("hit@k", "recall@k", "context_evidence_recall", "context_evidence_recall_rounds"):
         rows = [[c, results[names[0]]["per_category"].get(c, {}).get("n", 0),
                  *[results[n]["per_category"].get(c, {}).get(metric, "") for n in names]] for c in categories]
         parts += [f"## {metric} per category", "", _table(["category", "n", *names], rows), ""]
