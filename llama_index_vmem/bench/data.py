@@ -95,14 +95,18 @@ class BenchConversation:
     malformed_evidence: int = 0
     speakers: Tuple[str, str] = ("user", "assistant")
 
+    @functools.cached_property
+    def by_key(self) -> Dict[str, BenchRound]:
+        """Rounds by key, built once: every scored question looks rounds up by key."""
+        return {r.key: r for r in self.rounds}
+
     def turn_ids(self, round_keys: List[str]) -> List[str]:
         """Expand round keys to the benchmark's ids, in order."""
         return self.span_ids((key, None) for key in round_keys)
 
     def span_ids(self, spans: Iterable[Tuple[str, Optional[str]]]) -> List[str]:
         """Expand ``(round key, span)`` pairs (``None``: the whole round) to the benchmark's ids, in order."""
-        by_key = {r.key: r for r in self.rounds}
-        return [t for key, span in spans if key in by_key for t in by_key[key].ids_of(span)]
+        return [t for key, span in spans if key in self.by_key for t in self.by_key[key].ids_of(span)]
 
 
 def _image_path(raw: Optional[str], json_path: Path, image_root: Optional[Path]) -> Optional[Path]:

@@ -270,8 +270,7 @@ class StockSystem(BenchSystem):
 def _fill_rounds(conv: BenchConversation, ranking: List[str], budget: Optional[int]) -> List[str]:
     """Whole rounds in rank order to ``budget`` tokens, each rendered as V-Mem renders a round: the
     stock ranking at V-Mem's granularity, so only which rounds are chosen differs."""
-    rounds = {r.key: r for r in conv.rounds}
-    return fill_to_budget([(key, rounds[key].text) for key in ranking], budget)[1]  # ranking is already deduplicated
+    return fill_to_budget([(key, conv.by_key[key].text) for key in ranking], budget)[1]  # ranking is already deduplicated
 
 
 def _bm25(nodes: List[TextNode]) -> BaseRetriever:
