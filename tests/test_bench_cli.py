@@ -86,9 +86,38 @@ def test_a_stock_context_holding_one_span_of_a_locomo_round_delivers_only_that_s
     [conv] = load_locomo(path)
     stock = StockSystem("stock-bm25", None, None)
     stock.build(conv)
-    outcome = stock.query(conv, conv.questions[0], count_tokens("Ann: " + turns[0][2]))
-    assert outcome.ranking[0] == "D1:1" and outcome.context == "Ann: " + turns[0][2]
+    first = "timestamp: 8 May, 2023\n\nAnn: " + turns[0][2]  # dated as LlamaIndex renders metadata for an LLM
+    outcome = stock.query(conv, conv.questions[0], count_tokens(first))
+    assert outcome.ranking[0] == "D1:1" and outcome.context == first
     assert outcome.delivered == ["D1:1"]  # D1:2 shares the round but not the context
+
+
+def test_stock_units_reach_the_context_dated_but_are_searched_by_their_text_alone(tmp_path):
+    """A stock unit states when it was said, as V-Mem's block header does; its date stays out of what
+    the embedding and BM25 see, so the ranking is the text's own."""
+    from llama_index.core.schema import MetadataMode
+
+    from llama_index_vmem.bench.data import load_locomo
+    from llama_index_vmem.bench.systems import StockSystem, unit_nodes
+
+    sessions = {"session_1_date_time": "8 May, 2023", "session_2_date_time": "3 June, 2023",
+                "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a greyhound named Pixel."},
+                              {"speaker": "Bob", "dia_id": "D1:2", "text": "What a lovely pet."}],
+                "session_2": [{"speaker": "Ann", "dia_id": "D2:1", "text": "We went hiking on Sunday."},
+                              {"speaker": "Bob", "dia_id": "D2:2", "text": "I stayed home."}]}
+    sample = {"sample_id": "c", "conversation": {"speaker_a": "Ann", "speaker_b": "Bob", **sessions},
+              "qa": [{"question": "Which greyhound did Ann adopt?", "answer": "Pixel", "evidence": ["D1:1"], "category": 4}]}
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([sample]))
+    [conv] = load_locomo(path)
+    assert [n.get_content(MetadataMode.EMBED) for n in unit_nodes(conv)] == [
+        "Ann: I adopted a greyhound named Pixel.", "Bob: What a lovely pet.", "Ann: We went hiking on Sunday.", "Bob: I stayed home."]
+    stock = StockSystem("stock-bm25", None, None)
+    stock.build(conv)
+    outcome = stock.query(conv, conv.questions[0], None)
+    assert outcome.ranking[0] == "D1:1"
+    assert outcome.context.startswith("timestamp: 8 May, 2023\n\nAnn: I adopted a greyhound named Pixel.")
+    assert "timestamp: 3 June, 2023\n\nAnn: We went hiking on Sunday." in outcome.context
 
 
 def test_qa_answers_with_the_answer_prompt_and_judges_with_the_benchmark_prompt(memgallery_run):
@@ -155,9 +184,9 @@ def test_stock_context_at_round_granularity_fills_whole_rounds_to_the_budget():
     from llama_index_vmem.bench.data import BenchConversation, BenchRound
     from llama_index_vmem.bench.systems import _fill_rounds, count_tokens
 
-    rounds = [BenchRound(f"D1:{i}", "D1", "", "word " * 10 * i, "ok") for i in range(1, 5)]
+    rounds = [BenchRound(f"D1:{i}", "D1", "2024-06-17", "word " * 10 * i, "ok") for i in range(1, 5)]
     conv = BenchConversation("c", "memgallery", rounds, [], "caption")
-    size = {r.key: count_tokens(r.text) for r in rounds}
+    size = {r.key: count_tokens(f"timestamp: 2024-06-17\n\n{r.text}") for r in rounds}  # dated, as stock units are
     budget = size["D1:3"] + size["D1:1"]
     assert _fill_rounds(conv, ["D1:3", "D1:1", "D1:4", "D1:2"], budget) == ["D1:3", "D1:1"]
     assert _fill_rounds(conv, ["D1:2"], None) == ["D1:2"]

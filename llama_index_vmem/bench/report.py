@@ -11,7 +11,8 @@ COST = ("build_seconds", "units_per_second", "build_llm_tokens", "query_ms_p50",
 QA = ("judge", "f1", "bleu1", "em", "locomo_f1")
 CONTEXT_LEGEND = (
     "context_evidence_recall: the share of gold evidence whose text is in the context each system would deliver; "
-    "a stock context is its own units in rank order, filled to vmem's token count for that question. "
+    "a stock context is its own units in rank order, each dated with its round's timestamp as LlamaIndex renders "
+    "metadata for an LLM, filled to vmem's token count for that question. "
     "context_evidence_recall_rounds: the same with stock contexts of whole rounds, rendered as vmem renders a round "
     "(equal granularity)."
 )

@@ -4,7 +4,8 @@
 query time). The stock systems are what LlamaIndex gives out of the box, over the very same units
 (user span, assistant span, image caption) and the same MiniLM weights: ``VectorStoreIndex``,
 ``BM25Retriever``, ``QueryFusionRetriever`` (reciprocal rank of those two) and, where images have
-pixels, ``MultiModalVectorStoreIndex`` with our image encoder.
+pixels, ``MultiModalVectorStoreIndex`` with our image encoder. Stock units reach the context dated
+by their round's timestamp, as V-Mem's rounds do, so both contexts tell the model when each item was said.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -25,7 +26,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import ImageBlock, TextBlock
 from llama_index.core.embeddings.multi_modal_base import MultiModalEmbedding
 from llama_index.core.llms import LLM
-from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import ImageNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.utils import get_tokenizer
 
 from .. import VMemIndex, VMemQueryBundle, delivery, schema
@@ -33,7 +34,7 @@ from ..config import VMemConfig
 from ..delivery import Deliverer, DeliveryMode
 from ..postprocessor import BLOCK_ROUNDS, NeighborRoundPostprocessor
 from ..store import Collection
-from .data import BenchConversation, BenchQuestion
+from .data import BenchConversation, BenchQuestion, BenchRound
 from .metrics import dedupe
 
 logger = logging.getLogger(__name__)
@@ -189,18 +190,21 @@ def _span(unit: TextNode) -> Optional[str]:
 def unit_nodes(conv: BenchConversation) -> List[TextNode]:
     """The units V-Mem stores (user span, assistant span, image caption), as stock ``TextNode``s."""
     nodes: List[TextNode] = []
-    hidden = [schema.ROUND_KEY, SPAN]
     for r in conv.rounds:
         spans = [("user", r.user), ("assistant", r.assistant)] + [(i.image_id, i.caption) for i in r.images if not i.path]
-        for span, text in spans:
-            if text.strip():
-                nodes.append(TextNode(text=text, metadata={schema.ROUND_KEY: r.key, SPAN: span},
-                                      excluded_embed_metadata_keys=hidden, excluded_llm_metadata_keys=hidden))
-        for i in r.images:
-            if i.path:
-                nodes.append(ImageNode(text=i.caption, image_path=str(i.path), metadata={schema.ROUND_KEY: r.key, SPAN: i.image_id},
-                                       excluded_embed_metadata_keys=hidden, excluded_llm_metadata_keys=hidden))
+        nodes += [_stock_node(TextNode, r, span, text=text) for span, text in spans if text.strip()]
+        nodes += [_stock_node(ImageNode, r, i.image_id, text=i.caption, image_path=str(i.path)) for i in r.images if i.path]
     return nodes
+
+
+def _stock_node(node_class: Type[TextNode], r: BenchRound, span: Optional[str], **fields: Any) -> TextNode:
+    """A node of round ``r`` dated as a LlamaIndex app would date it: the round's timestamp is LLM
+    metadata, so it reaches the answering model with the node (as V-Mem's block header states when
+    a round was seen, DeliverMem's D3), and it is kept out of embeddings and BM25, so rankings are
+    the text's own."""
+    metadata = {schema.ROUND_KEY: r.key, SPAN: span} | ({schema.TIMESTAMP: r.timestamp} if r.timestamp else {})
+    return node_class(metadata=metadata, excluded_embed_metadata_keys=list(metadata),
+                      excluded_llm_metadata_keys=[schema.ROUND_KEY, SPAN], **fields)
 
 
 class StockSystem(BenchSystem):
@@ -250,11 +254,11 @@ class StockSystem(BenchSystem):
         hits = self._hits(self.retrievers[conv.name], bundle)
         elapsed = (time.perf_counter() - start) * 1000
         ranking = dedupe(h.node.metadata[schema.ROUND_KEY] for h in hits)
-        units = [((h.node.metadata[schema.ROUND_KEY], h.node.metadata[SPAN]), h.node.get_content()) for h in hits]
+        units = [((h.node.metadata[schema.ROUND_KEY], h.node.metadata[SPAN]), h.node.get_content(MetadataMode.LLM))
+                 for h in hits]
         context, spans = fill_to_budget(units, token_budget)
         return QueryOutcome(ranking, dedupe(conv.span_ids(spans)), context, elapsed,
                             delivered_as_rounds=_fill_rounds(conv, ranking, token_budget))
-
 
     def _hits(self, retriever: BaseRetriever, bundle: QueryBundle) -> List[NodeWithScore]:
         """Stock multimodal: text retrieval, plus image-to-image when the query has an image (our
@@ -268,9 +272,11 @@ class StockSystem(BenchSystem):
 
 
 def _fill_rounds(conv: BenchConversation, ranking: List[str], budget: Optional[int]) -> List[str]:
-    """Whole rounds in rank order to ``budget`` tokens, each rendered as V-Mem renders a round: the
-    stock ranking at V-Mem's granularity, so only which rounds are chosen differs."""
-    return fill_to_budget([(key, conv.by_key[key].text) for key in ranking], budget)[1]  # ranking is already deduplicated
+    """Whole rounds in rank order to ``budget`` tokens, each rendered as V-Mem renders a round and
+    dated as a stock unit is: the stock ranking at V-Mem's granularity, so only which rounds are chosen differs."""
+    rounds = [conv.by_key[key] for key in ranking]  # ranking is already deduplicated
+    return fill_to_budget([(r.key, _stock_node(TextNode, r, None, text=r.text).get_content(MetadataMode.LLM))
+                           for r in rounds], budget)[1]
 
 
 def _bm25(nodes: List[TextNode]) -> BaseRetriever:
