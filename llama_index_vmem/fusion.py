@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Mapping, Sequence, Set
 
 from . import schema
-from .store.base import Hit, hit_order
+from .store.base import Hit, ranked
 
 
 @dataclass
@@ -37,18 +37,16 @@ def unit_of(hit: Hit) -> str:
 def rank_rounds(hits: Iterable[Hit], key: Callable[[Hit], str] = round_of) -> List[Hit]:
     """One hit per round (its best unit), best first; ``key=unit_of`` keeps every unit."""
     best: Dict[str, Hit] = {}
-    for hit in hits:
-        k = key(hit)
-        if k not in best or hit.score > best[k].score:
-            best[k] = hit
-    return sorted(best.values(), key=hit_order)
+    for hit in ranked(list(hits)):
+        best.setdefault(key(hit), hit)
+    return list(best.values())
 
 
 def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], str] = round_of) -> List[Fused]:
     """score(r) = sum over signals of 1 / (kappa + rank); ties go to the earlier round."""
     fused: Dict[str, Fused] = {}
-    for signal, ranked in rankings.items():
-        for rank, hit in enumerate(ranked, start=1):
+    for signal, hits in rankings.items():
+        for rank, hit in enumerate(hits, start=1):
             rid = key(hit)
             entry = fused.setdefault(rid, Fused(rid, int(hit.payload.get(schema.SEQ, 0))))
             entry.score += 1.0 / (kappa + rank)

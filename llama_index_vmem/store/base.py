@@ -76,15 +76,34 @@ def _from_vector(v: Any) -> Vector:
     return Sparse(tuple(v.indices), tuple(v.values)) if hasattr(v, "indices") else v
 
 
-def hit_order(hit: "Hit") -> Tuple[float, int, int]:
-    """Best first; equal scores (the same picture in two rounds) in conversation order. Scores
-    equal to 6 places count as equal: a restored or imported vector is normalised again, which
-    moves its score in the 16th place, and must not reorder the memory's answers."""
-    return (-round(hit.score, 6), hit.payload.get(schema.SEQ, 0), hit.payload.get(schema.UNIT_INDEX, 0))
+#: Scores this close (relative) are equal. Qdrant sums a sparse query's terms in an order that
+#: varies from process to process, so one BM25 score differs in its last bits between runs; a
+#: restored vector, normalised again, moves a cosine in its 16th place.
+SCORE_RTOL = 1e-5
+#: Points fetched past a search's limit, so the tie at the cut is ordered by us, not by Qdrant.
+TIE_MARGIN = 8
 
 
-def ranked(hits: List["Hit"]) -> List["Hit"]:
-    return sorted(hits, key=hit_order)
+def _conversation_order(hit: "Hit") -> Tuple[int, int]:
+    return hit.payload.get(schema.SEQ, 0), hit.payload.get(schema.UNIT_INDEX, 0)
+
+
+def tie_groups(hits: Sequence["Hit"]) -> List[List["Hit"]]:
+    """Hits best first, in groups of equal score: each group holds the hits within ``SCORE_RTOL``
+    of its best, so run-to-run noise in the last bits never splits or reorders a tie."""
+    groups: List[List[Hit]] = []
+    for hit in sorted(hits, key=lambda h: -h.score):
+        if groups and groups[-1][0].score - hit.score <= SCORE_RTOL * abs(groups[-1][0].score):
+            groups[-1].append(hit)
+        else:
+            groups.append([hit])
+    return groups
+
+
+def ranked(hits: Sequence["Hit"]) -> List["Hit"]:
+    """Best first; equal scores (the same picture in two rounds, BM25 ties) in conversation order,
+    so every process ranks a memory the same way."""
+    return [h for group in tie_groups(hits) for h in sorted(group, key=_conversation_order)]
 
 
 @dataclass
@@ -121,8 +140,23 @@ class LaneStore(abc.ABC):
     @abc.abstractmethod
     def upsert(self, collection: Collection, points: Sequence[PointData]) -> None: ...
 
+    def search(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
+        """The ``limit`` best points in scope, ``ranked``: the same points in the same order in any
+        process. Which of several tied points fills the last places is Qdrant's choice, so the
+        search reaches past the limit until the tie at the cut is whole."""
+        if scope.is_empty or (isinstance(vector, Sparse) and not vector):
+            return []
+        fetch = limit + TIE_MARGIN
+        while True:
+            groups = tie_groups(self._query(collection, using, vector, scope, fetch))
+            found = sum(len(g) for g in groups)
+            if found < fetch or found - len(groups[-1]) >= limit:  # all in scope, or the last tie lies past the cut
+                return ranked([h for g in groups for h in g])[:limit]
+            fetch *= 2
+
     @abc.abstractmethod
-    def search(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]: ...
+    def _query(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
+        """At most ``limit`` of the best points in scope, in any order (``scope`` is not empty)."""
 
     def scroll(self, collection: Collection, scope: Scope, limit: Optional[int] = None) -> List[Hit]:
         """Points in scope ordered by ``seq`` (then unit index), up to ``limit``."""

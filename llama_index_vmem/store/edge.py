@@ -17,7 +17,7 @@ import qdrant_edge as qe
 
 from .. import schema
 from ..encoders.bm25 import Sparse
-from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present, ranked
+from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
 MANIFEST = "manifest.json"
 _SCROLL_PAGE = 1024
@@ -77,14 +77,12 @@ class EdgeLaneStore(LaneStore):
                 qe.UpdateOperation.upsert_points([qe.Point(p.id, {n: _vector(v) for n, v in present(p.vectors).items()}, p.payload) for p in points])
             )
 
-    def search(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
-        if scope.is_empty or (isinstance(vector, Sparse) and not vector):
-            return []
+    def _query(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
         query = qe.Query.Nearest(_vector(vector), using=using)
         found = self._shards[collection].query(
             qe.QueryRequest(limit=limit, query=query, filter=_filter(scope), with_payload=True)
         )
-        return ranked([Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found])
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found]
 
     def records(self, collection: Collection, scope: Scope, with_vectors: bool) -> List[Any]:
         if scope.is_empty:

@@ -13,7 +13,7 @@ from qdrant_client import QdrantClient, models
 
 from .. import schema
 from ..encoders.bm25 import Sparse
-from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present, ranked
+from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
 _SCROLL_PAGE = 1024
 
@@ -66,14 +66,12 @@ class ServerLaneStore(LaneStore):
                 wait=True,
             )
 
-    def search(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
-        if scope.is_empty or (isinstance(vector, Sparse) and not vector):
-            return []
+    def _query(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
         result = self.client.query_points(
             self.name(collection), query=_vector(vector), using=using, query_filter=_filter(scope),
             limit=limit, with_payload=True,
         )
-        return ranked([Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points])
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
 
     def records(self, collection: Collection, scope: Scope, with_vectors: bool) -> List[models.Record]:
         if scope.is_empty:
