@@ -86,3 +86,19 @@ def test_two_processes_rank_the_same_real_conversation_alike(tmp_path):
     first, second = (json.loads(r) for r in runs)
     assert len(first) > 100 and all(first)
     assert first == second
+
+
+def test_a_stock_baseline_breaks_ties_alike_in_every_build(minilm):
+    """LlamaIndex's vector store breaks equal similarities by node id: stock units need stable ids."""
+    from llama_index_vmem.bench.data import BenchConversation, BenchQuestion, BenchRound
+    from llama_index_vmem.bench.systems import StockSystem
+
+    rounds = [BenchRound(f"D1:{i}", "D1", "", "Thanks, see you tomorrow!", "Bye!", [], [f"D1:{i}"]) for i in range(1, 6)]
+    conv = BenchConversation("c", "memgallery", rounds, [BenchQuestion("c#0", "Bye!", "FR", ["D1:1"], "")], "caption")
+    rankings = []
+    for _ in range(3):
+        stock = StockSystem("stock-dense", minilm, None)
+        stock.build(conv)
+        rankings.append(stock.query(conv, conv.questions[0], None).ranking)
+    assert sorted(rankings[0]) == [r.key for r in rounds]
+    assert rankings[0] == rankings[1] == rankings[2]

@@ -188,12 +188,14 @@ def _span(unit: TextNode) -> Optional[str]:
 
 
 def unit_nodes(conv: BenchConversation) -> List[TextNode]:
-    """The units V-Mem stores (user span, assistant span, image caption), as stock ``TextNode``s."""
+    """The units V-Mem stores (user span, assistant span, image caption), as stock ``TextNode``s; ids
+    name the round and span, so stock ties break the same way in every run (random ids did not)."""
     nodes: List[TextNode] = []
     for r in conv.rounds:
         spans = [("user", r.user), ("assistant", r.assistant)] + [(i.image_id, i.caption) for i in r.images if not i.path]
-        nodes += [_stock_node(TextNode, r, span, text=text) for span, text in spans if text.strip()]
-        nodes += [_stock_node(ImageNode, r, i.image_id, text=i.caption, image_path=str(i.path)) for i in r.images if i.path]
+        nodes += [_stock_node(TextNode, r, span, id_=f"{r.key}/{span}", text=text) for span, text in spans if text.strip()]
+        nodes += [_stock_node(ImageNode, r, i.image_id, id_=f"{r.key}/{i.image_id}", text=i.caption, image_path=str(i.path))
+                  for i in r.images if i.path]
     return nodes
 
 
