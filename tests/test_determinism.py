@@ -2,7 +2,7 @@
 
 Qdrant sums a sparse query's terms in an order that varies from process to process, so BM25
 scores differ in their last bits between runs, and which of several tied points it returns at a
-search's limit is its own choice. Left alone, the same benchmark run twice ranked 98 of 760
+search's limit is its own choice. Left alone, the same benchmark run twice ranked 98 of 762
 LoCoMo questions differently.
 """
 
