@@ -182,14 +182,15 @@ def test_pixels_mode_runs_stock_multimodal_and_counts_delivered_images(tmp_path,
 
 def test_stock_context_at_round_granularity_fills_whole_rounds_to_the_budget():
     from llama_index_vmem.bench.data import BenchConversation, BenchRound
-    from llama_index_vmem.bench.systems import _fill_rounds, count_tokens
+    from llama_index_vmem.bench.systems import StockSystem, count_tokens
 
     rounds = [BenchRound(f"D1:{i}", "D1", "2024-06-17", "word " * 10 * i, "ok") for i in range(1, 5)]
     conv = BenchConversation("c", "memgallery", rounds, [], "caption")
     size = {r.key: count_tokens(f"timestamp: 2024-06-17\n\n{r.text}") for r in rounds}  # dated, as stock units are
     budget = size["D1:3"] + size["D1:1"]
-    assert _fill_rounds(conv, ["D1:3", "D1:1", "D1:4", "D1:2"], budget) == ["D1:3", "D1:1"]
-    assert _fill_rounds(conv, ["D1:2"], None) == ["D1:2"]
+    stock = StockSystem("stock-bm25", None, None)
+    assert stock.fill_rounds(conv, ["D1:3", "D1:1", "D1:4", "D1:2"], budget) == ["D1:3", "D1:1"]
+    assert stock.fill_rounds(conv, ["D1:2"], None) == ["D1:2"]
 
 
 def test_a_bench_round_reads_exactly_as_vmem_delivers_it():

@@ -217,6 +217,8 @@ class StockSystem(BenchSystem):
         self.embed_model = embed_model
         self.image_encoder = image_encoder
         self.retrievers: Dict[str, BaseRetriever] = {}
+        #: Rounds as the equal-granularity view delivers them, by (conversation, round key): rendered once each.
+        self._round_texts: Dict[Tuple[str, str], str] = {}
 
     def warm_up(self) -> None:
         self.embed_model.get_text_embedding_batch(WARM_UP_TEXTS)
@@ -260,7 +262,18 @@ class StockSystem(BenchSystem):
                  for h in hits]
         context, spans = fill_to_budget(units, token_budget)
         return QueryOutcome(ranking, dedupe(conv.span_ids(spans)), context, elapsed,
-                            delivered_as_rounds=_fill_rounds(conv, ranking, token_budget))
+                            delivered_as_rounds=self.fill_rounds(conv, ranking, token_budget))
+
+    def fill_rounds(self, conv: BenchConversation, ranking: List[str], budget: Optional[int]) -> List[str]:
+        """Whole rounds in rank order to ``budget`` tokens, each rendered as V-Mem renders a round and
+        dated as a stock unit is: the stock ranking at V-Mem's granularity, so only which rounds are chosen differs."""
+        return fill_to_budget([(key, self._round_text(conv, key)) for key in ranking], budget)[1]  # ranking is deduplicated
+
+    def _round_text(self, conv: BenchConversation, key: str) -> str:
+        if (conv.name, key) not in self._round_texts:
+            r = conv.by_key[key]
+            self._round_texts[conv.name, key] = _stock_node(TextNode, r, None, text=r.text).get_content(MetadataMode.LLM)
+        return self._round_texts[conv.name, key]
 
     def _hits(self, retriever: BaseRetriever, bundle: QueryBundle) -> List[NodeWithScore]:
         """Stock multimodal: text retrieval, plus image-to-image when the query has an image (our
@@ -271,14 +284,6 @@ class StockSystem(BenchSystem):
         images = retriever.image_to_image_retrieve(bundle.image_path) if bundle.image_path else []
         merged = [h for pair in zip_longest(text, images) for h in pair if h is not None]
         return list({h.node.node_id: h for h in reversed(merged)}.values())[::-1]
-
-
-def _fill_rounds(conv: BenchConversation, ranking: List[str], budget: Optional[int]) -> List[str]:
-    """Whole rounds in rank order to ``budget`` tokens, each rendered as V-Mem renders a round and
-    dated as a stock unit is: the stock ranking at V-Mem's granularity, so only which rounds are chosen differs."""
-    rounds = [conv.by_key[key] for key in ranking]  # ranking is already deduplicated
-    return fill_to_budget([(r.key, _stock_node(TextNode, r, None, text=r.text).get_content(MetadataMode.LLM))
-                           for r in rounds], budget)[1]
 
 
 def _bm25(nodes: List[TextNode]) -> BaseRetriever:

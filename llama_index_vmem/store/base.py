@@ -148,10 +148,10 @@ class LaneStore(abc.ABC):
             return []
         fetch = limit + TIE_MARGIN
         while True:
-            groups = tie_groups(self._query(collection, using, vector, scope, fetch))
-            found = sum(len(g) for g in groups)
-            if found < fetch or found - len(groups[-1]) >= limit:  # all in scope, or the last tie lies past the cut
-                return ranked([h for g in groups for h in g])[:limit]
+            hits = self._query(collection, using, vector, scope, fetch)
+            last_tie = tie_groups(hits)[-1] if hits else []
+            if len(hits) < fetch or len(hits) - len(last_tie) >= limit:  # all in scope, or the last tie lies past the cut
+                return ranked(hits)[:limit]
             fetch *= 2
 
     @abc.abstractmethod
