@@ -88,7 +88,7 @@ def _conversation_order(hit: "Hit") -> Tuple[int, int]:
     return hit.payload.get(schema.SEQ, 0), hit.payload.get(schema.UNIT_INDEX, 0)
 
 
-def tie_groups(hits: Sequence["Hit"]) -> List[List["Hit"]]:
+def _tie_groups(hits: Sequence["Hit"]) -> List[List["Hit"]]:
     """Hits best first, in groups of equal score: each group holds the hits within ``SCORE_RTOL``
     of its best, so run-to-run noise in the last bits never splits or reorders a tie."""
     groups: List[List[Hit]] = []
@@ -103,7 +103,7 @@ def tie_groups(hits: Sequence["Hit"]) -> List[List["Hit"]]:
 def ranked(hits: Sequence["Hit"]) -> List["Hit"]:
     """Best first; equal scores (the same picture in two rounds, BM25 ties) in conversation order,
     so every process ranks a memory the same way."""
-    return [h for group in tie_groups(hits) for h in sorted(group, key=_conversation_order)]
+    return [h for group in _tie_groups(hits) for h in sorted(group, key=_conversation_order)]
 
 
 @dataclass
@@ -149,7 +149,7 @@ class LaneStore(abc.ABC):
         fetch = limit + TIE_MARGIN
         while True:
             hits = self._query(collection, using, vector, scope, fetch)
-            last_tie = tie_groups(hits)[-1] if hits else []
+            last_tie = _tie_groups(hits)[-1] if hits else []
             if len(hits) < fetch or len(hits) - len(last_tie) >= limit:  # all in scope, or the last tie lies past the cut
                 return ranked(hits)[:limit]
             fetch *= 2
