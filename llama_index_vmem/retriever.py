@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -39,6 +40,8 @@ class AnchorValue:
     text: str
     #: ``"llm"``, ``"raw query"`` or ``"raw query (no LLM)"``.
     source: str
+    #: How long the LLM took to write it (0 for an anchor made without one): its share of the latency.
+    seconds: float = 0.0
 
 
 @dataclass
@@ -53,6 +56,11 @@ class RetrievalResult:
     #: Best stored image under the visual signal, if that signal ran and found one.
     visual_match: Optional[Hit] = None
     filter_fallback: bool = False
+
+    @property
+    def anchor_seconds(self) -> float:
+        """Seconds spent waiting on the LLM for anchors; the rest of a retrieval is search and fusion."""
+        return sum(a.seconds for a in self.anchors.values())
 
 
 class VMemRetriever(BaseRetriever):
@@ -147,7 +155,9 @@ class VMemRetriever(BaseRetriever):
     def _transform(transform: Any, query: QueryBundle) -> AnchorValue:
         if transform is None:
             return AnchorValue(query.query_str, "raw query (no LLM)")
-        return AnchorValue(transform.run(query).query_str, "llm")
+        start = time.perf_counter()
+        text = transform.run(query).query_str
+        return AnchorValue(text, "llm", time.perf_counter() - start)
 
     def _eligible_seqs(self, plan: RoutePlan) -> Optional[set]:
         if plan.image_filter_window is None:

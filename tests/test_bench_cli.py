@@ -38,6 +38,11 @@ def test_results_json_has_the_specified_shape(memgallery_run):
         for block in results[name]["per_category"].values():
             assert SYSTEM_KEYS <= set(block)
     assert results["vmem"]["overall"]["build_llm_tokens"] == 0
+    # an LLM wrote anchors: latency is reported without them and with them; stock systems have none to wait for
+    vmem = results["vmem"]["overall"]
+    assert vmem["query_ms_with_anchors_p95"] >= vmem["query_ms_p95"] > 0
+    assert "query_ms_with_anchors_p50" not in results["stock-dense"]["overall"]
+    assert "query_ms_with_anchors_p50" not in results["vmem-rounds"]["overall"]  # the rung without anchors
     assert results["vmem_config"]["aggregation_enabled"] is False  # the paper runs Mem-Gallery without it
     assert results["skipped_systems"] == {}
     report = (out / "report.md").read_text()

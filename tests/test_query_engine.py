@@ -110,3 +110,24 @@ def test_config_overrides_per_index_and_per_query(make_index, photos):
     assert len(retriever.retrieve("tea")) == 2
     assert len(retriever.retrieve_with_plan("tea", k=4).nodes) == 4
     assert len(index.as_retriever(k=3).retrieve("tea")) == 3
+
+
+def test_a_retrieval_says_how_long_the_llm_took_for_its_anchors(make_index, photos, scripted_llm):
+    """Search and the LLM's anchors are timed apart, so latency can be reported with and without the LLM."""
+    import time
+
+    class SlowLLM(scripted_llm):
+        def complete(self, prompt, formatted=False, **kwargs):
+            time.sleep(0.25)
+            return super().complete(prompt, formatted, **kwargs)
+
+    index = make_index()
+    index.add_rounds([{"user": "Dinner tonight.", "assistant": "Yum.", "session_id": "S",
+                       "images": [{"image_id": "S:IMG_1", "path": str(photos["coffee"]), "caption": "a cup of coffee"}]}])
+    question = "Which picture shown in the conversation is about coffee?"
+    llm = SlowLLM(default="a mug of coffee")
+    timed = index.as_retriever(llm=llm).retrieve_with_plan(question)
+    assert len(llm.prompts) == 1 and timed.anchor_seconds >= 0.25  # the raw-query anchor costs nothing
+    assert sorted(a.seconds > 0 for a in timed.anchors.values()) == [False, True]
+    untimed = index.as_retriever().retrieve_with_plan(question)
+    assert untimed.anchor_seconds == 0.0

@@ -7,7 +7,8 @@ from typing import Any, Dict, List, Sequence
 
 QUALITY = ("hit@k", "recall@k", "precision@k", "context_evidence_recall", "context_evidence_recall_rounds",
            "context_tokens_mean", "delivered_images_mean")
-COST = ("build_seconds", "units_per_second", "build_llm_tokens", "query_ms_p50", "query_ms_p95", "peak_rss_mb")
+COST = ("build_seconds", "units_per_second", "build_llm_tokens", "query_ms_p50", "query_ms_p95",
+        "query_ms_with_anchors_p50", "query_ms_with_anchors_p95", "peak_rss_mb")
 QA = ("judge", "f1", "bleu1", "em", "locomo_f1")
 CONTEXT_LEGEND = (
     "context_evidence_recall: the share of gold evidence whose text is in the context each system would deliver; "
@@ -36,13 +37,13 @@ def markdown(results: Dict[str, Any], chart: str = "") -> str:
              f"K = {k}; image mode: {results['image_mode']}; conversations: {len(results.get('conversations', []))}; "
              f"malformed evidence ids tolerated: {results.get('malformed_evidence_ids', 0)}", ""]
     def overall(keys: Sequence[str]) -> str:
-        return _table(["system", *keys], [[n, *[results[n]["overall"].get(m, "") for m in keys]] for n in names])
+        present = [m for m in keys if any(m in results[n]["overall"] for n in names)]
+        return _table(["system", *present], [[n, *[results[n]["overall"].get(m) for m in present]] for n in names])
 
     parts += ["## Retrieval and context (overall)", "", overall(QUALITY), "", CONTEXT_LEGEND, "",
               "## Cost", "", overall(COST), ""]
-    qa_keys = [m for m in QA if any(m in results[n]["overall"] for n in names)]
-    if qa_keys:
-        parts += ["## End-to-end QA", "", overall(qa_keys), ""]
+    if any(m in results[n]["overall"] for m in QA for n in names):
+        parts += ["## End-to-end QA", "", overall(QA), ""]
     categories = sorted({c for n in names for c in results[n]["per_category"]})
     for metric in ("hit@k", "recall@k", "context_evidence_recall", "context_evidence_recall_rounds"):
         rows = [[c, results[names[0]]["per_category"].get(c, {}).get("n", 0),

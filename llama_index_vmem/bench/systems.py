@@ -68,11 +68,14 @@ class QueryOutcome:
     #: The benchmark's evidence ids whose text is in the context delivered to the answering model.
     delivered: List[str]
     context: str
+    #: Search and fusion, without the time spent waiting on an LLM for anchors.
     retrieval_ms: float
     #: Images delivered as pixels (``--delivery pixels``).
     images: int = 0
     #: Round keys of the same-size context filled with whole rounds in ranking order (equal granularity).
     delivered_as_rounds: Optional[List[str]] = None
+    #: Time the LLM took to write this query's anchors (0 without an LLM).
+    anchor_ms: float = 0.0
 
     @property
     def tokens(self) -> int:
@@ -130,12 +133,13 @@ class VMemSystem(BenchSystem):
         index.clear_query_cache()  # rungs share one index: each must pay for its own query embedding
         start = time.perf_counter()
         result = retriever.retrieve_with_plan(bundle, **self.overrides)
-        elapsed = (time.perf_counter() - start) * 1000
+        anchor_ms = result.anchor_seconds * 1000
+        elapsed = (time.perf_counter() - start) * 1000 - anchor_ms
         if not result.plan.round_level:  # units returned bare, a caption-only image as its caption
             keys = dedupe(n.node.metadata[schema.ROUND_KEY] for n in result.nodes)
             delivered = dedupe(conv.span_ids((n.node.metadata[schema.ROUND_KEY], _span(n.node)) for n in result.nodes))
             context = delivery.BLOCK_SEPARATOR.join(n.node.get_content() for n in result.nodes)
-            return QueryOutcome(keys, delivered, context, elapsed, delivered_as_rounds=keys)
+            return QueryOutcome(keys, delivered, context, elapsed, delivered_as_rounds=keys, anchor_ms=anchor_ms)
         keys = dedupe(n.node.metadata[schema.ROUND_KEY] for n in result.nodes if not isinstance(n.node, ImageNode))
         blocks = NeighborRoundPostprocessor(index).postprocess_nodes(result.nodes, bundle)
         rounds = dedupe(k for b in blocks if not isinstance(b.node, ImageNode) for k in b.node.metadata[BLOCK_ROUNDS])
@@ -143,8 +147,9 @@ class VMemSystem(BenchSystem):
             content = Deliverer(index, DeliveryMode.PIXELS).deliver(blocks, bundle)
             text = "".join(b.text for b in content if isinstance(b, TextBlock))
             images = sum(isinstance(b, ImageBlock) for b in content)
-            return QueryOutcome(keys, conv.turn_ids(rounds), text, elapsed, images, rounds)
-        return QueryOutcome(keys, conv.turn_ids(rounds), delivery.text_context(blocks), elapsed, delivered_as_rounds=rounds)
+            return QueryOutcome(keys, conv.turn_ids(rounds), text, elapsed, images, rounds, anchor_ms)
+        return QueryOutcome(keys, conv.turn_ids(rounds), delivery.text_context(blocks), elapsed, delivered_as_rounds=rounds,
+                            anchor_ms=anchor_ms)
 
 
 class VMemBuild:
