@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -15,6 +16,7 @@ from ..encoders import EfficientNetImageEncoder, default_text_embedding
 from .data import PIXELS, BenchConversation
 from .run import results_json, run
 from .systems import RUNGS, STOCK_SYSTEMS, BenchSystem, StockSystem, VMemBuild, VMemSystem
+from .worker import WorkerSystem
 
 logger = logging.getLogger(__name__)
 
@@ -35,20 +37,29 @@ def system_name(rung: str) -> str:
     return "vmem" if rung == "anchors" else f"vmem-{rung}"
 
 
-def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[str], rungs: Sequence[str],
-                 llm: Optional[LLM], delivery: str = "text", config: Optional[VMemConfig] = None) -> tuple:
-    """The requested systems, sharing encoders; returns (systems, skipped-with-reason, shared build)."""
+def stock_system(name: str, model_name: str) -> StockSystem:
+    """A stock system with the encoders it uses, LlamaIndex's defaults for the same MiniLM weights
+    (BM25 needs none): what a worker process builds, so its memory is that system's alone."""
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
+    embed = None if name == "stock-bm25" else HuggingFaceEmbedding(model_name=model_name, device="cpu")
+    return StockSystem(name, embed, EfficientNetImageEncoder() if name == "stock-multimodal" else None)
+
+
+def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[str], rungs: Sequence[str],
+                 llm: Optional[LLM], delivery: str = "text", config: Optional[VMemConfig] = None) -> tuple:
+    """The requested systems; returns (systems, skipped-with-reason, shared build).
+
+    The vmem rungs share one build in this process (with the LLM, which need not pickle); each
+    stock system runs in a worker process of its own.
+    """
     vmem_embed = default_text_embedding()
     pixels = any(c.image_mode == PIXELS for c in conversations)
-    image_encoder = EfficientNetImageEncoder()
-    build = VMemBuild(vmem_embed, image_encoder, llm=llm, config=config, delivery=DeliveryMode(delivery))
+    build = VMemBuild(vmem_embed, EfficientNetImageEncoder(), llm=llm, config=config, delivery=DeliveryMode(delivery))
     out: List[BenchSystem] = []
     skipped: Dict[str, str] = {}
     if "vmem" in systems:
         out += [VMemSystem(system_name(r), build, r) for r in rungs]
-    stock_embed = None
     for name in systems:
         if name == "vmem":
             continue
@@ -57,9 +68,7 @@ def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[s
         if name == "stock-multimodal" and not pixels:
             skipped[name] = "no image has pixels in this data (caption mode)"
             continue
-        if stock_embed is None:  # LlamaIndex's defaults for the same MiniLM weights
-            stock_embed = HuggingFaceEmbedding(model_name=vmem_embed.model_name, device="cpu")
-        out.append(StockSystem(name, stock_embed, image_encoder))
+        out.append(WorkerSystem(name, functools.partial(stock_system, name, vmem_embed.model_name)))
     return out, skipped, build
 
 
@@ -74,6 +83,8 @@ def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k:
     try:
         runs = run(conversations, made, budget_system=budget, show_progress=show_progress)
     finally:
+        for system in made:
+            system.close()
         build.close()
     if qa:
         from .qa import score_rows

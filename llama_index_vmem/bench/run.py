@@ -1,8 +1,9 @@
 """One benchmark run: build every system on every conversation, ask every question, score it.
 
 Builds are interleaved by conversation (each system builds conversation 1, then each builds
-conversation 2, ...), so ingest throughputs are compared under the same machine conditions; every
-system's memories stay resident, so peak RSS is the process's while a system was built and queried.
+conversation 2, ...), so ingest throughputs are compared under the same machine conditions. A system
+in a worker process of its own reports that process's peak RSS; systems run in this process share
+its peak while they were built and queried.
 ``vmem`` runs first on each question so its context size sets the token budget the stock systems'
 contexts are filled to (equal-token context comparison).
 """
@@ -66,7 +67,7 @@ class SystemRun:
     build_seconds: float = 0.0
     units: int = 0
     build_llm_tokens: int = 0
-    #: The process's peak while the system was built and queried; every system's memories are resident.
+    #: Peak RSS of the process that built and queried the system (see the module's docstring).
     peak_rss_mb: float = 0.0
     rows: List[Dict[str, Any]] = field(default_factory=list)
 
@@ -92,7 +93,7 @@ def run(conversations: Sequence[BenchConversation], systems: Sequence[BenchSyste
                     outcome = system.query(conv, q, budgets.get(q.qid))
                     runs[system.name].rows.append(_row(conv, q, outcome))
                     bar.update()
-        runs[system.name].peak_rss_mb = max(build_rss.peak_mb, rss.peak_mb)
+        runs[system.name].peak_rss_mb = system.peak_rss_mb() or max(build_rss.peak_mb, rss.peak_mb)
     return runs
 
 

@@ -104,6 +104,10 @@ class BenchSystem(abc.ABC):
         """Run the encoder once before builds are timed, so the first system measured does not pay
         for the process's first forward pass (default: nothing to warm)."""
 
+    def peak_rss_mb(self) -> Optional[float]:
+        """Peak RSS of the process the system runs in, where that is not the caller's (default: None)."""
+        return None
+
     def close(self) -> None:
         """Release resources (default: nothing)."""
 
@@ -217,7 +221,7 @@ def _stock_node(node_class: Type[TextNode], r: BenchRound, span: Optional[str], 
 class StockSystem(BenchSystem):
     """A stock LlamaIndex retriever over the same units; context filled to vmem's token count."""
 
-    def __init__(self, name: str, embed_model: BaseEmbedding, image_encoder: Optional[MultiModalEmbedding]) -> None:
+    def __init__(self, name: str, embed_model: Optional[BaseEmbedding], image_encoder: Optional[MultiModalEmbedding]) -> None:
         self.name = name
         self.embed_model = embed_model
         self.image_encoder = image_encoder
@@ -226,7 +230,8 @@ class StockSystem(BenchSystem):
         self._round_texts: Dict[Tuple[str, str], str] = {}
 
     def warm_up(self) -> None:
-        self.embed_model.get_text_embedding_batch(WARM_UP_TEXTS)
+        if self.embed_model is not None:
+            self.embed_model.get_text_embedding_batch(WARM_UP_TEXTS)
 
     def build(self, conv: BenchConversation) -> int:
         nodes = unit_nodes(conv)
