@@ -17,6 +17,12 @@ CONTEXT_LEGEND = (
     "context_evidence_recall_rounds: the same with stock contexts of whole rounds, rendered as vmem renders a round "
     "(equal granularity)."
 )
+COST_LEGEND = (
+    "query_ms: search and fusion; query_ms_with_anchors (with an LLM): plus the time the LLM took to write anchors. "
+    "peak_rss_mb: the peak resident memory of the process that built and queried the system: its libraries, encoders "
+    "and the benchmark data as well as its memories. Each stock system runs in a process of its own; the vmem rungs "
+    "share the calling process."
+)
 
 
 def system_names(results: Dict[str, Any]) -> List[str]:
@@ -41,7 +47,7 @@ def markdown(results: Dict[str, Any], chart: str = "") -> str:
         return _table(["system", *present], [[n, *[results[n]["overall"].get(m) for m in present]] for n in names])
 
     parts += ["## Retrieval and context (overall)", "", overall(QUALITY), "", CONTEXT_LEGEND, "",
-              "## Cost", "", overall(COST), ""]
+              "## Cost", "", overall(COST), "", COST_LEGEND, ""]
     if any(m in results[n]["overall"] for m in QA for n in names):
         parts += ["## End-to-end QA", "", overall(QA), ""]
     categories = sorted({c for n in names for c in results[n]["per_category"]})
