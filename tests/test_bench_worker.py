@@ -30,6 +30,11 @@ class Hog(BenchSystem):
         return QueryOutcome([conv.rounds[0].key], [], "context", 1.0)
 
 
+class StuckOnClose(Hog):
+    def close(self):
+        raise OSError("store is locked")
+
+
 def _no_system():
     raise OSError("weights not found")
 
@@ -99,3 +104,11 @@ def test_a_system_that_cannot_be_made_says_why_on_the_first_call():
     finally:
         worker.close()
     assert not worker._process.is_alive()
+
+
+def test_a_system_that_fails_to_close_is_logged_and_its_worker_still_ends(caplog):
+    worker = WorkerSystem("stuck", StuckOnClose)
+    worker.warm_up()
+    worker.close()  # no raise: a close in a ``finally`` must not hide why the run stopped
+    assert not worker._process.is_alive()
+    assert "stuck failed in its worker process during close" in caplog.text and "store is locked" in caplog.text

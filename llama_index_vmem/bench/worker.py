@@ -8,6 +8,7 @@ conversation and only one system uses the cores at any moment.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import time
 import traceback
@@ -17,6 +18,8 @@ from typing import Any, Callable, Dict, Optional
 from .data import BenchConversation, BenchQuestion
 from .run import PeakRSS
 from .systems import BenchSystem, QueryOutcome
+
+logger = logging.getLogger(__name__)
 
 #: Seconds a worker gets to close its system and exit before it is terminated.
 CLOSE_TIMEOUT_S = 30.0
@@ -56,8 +59,8 @@ class WorkerSystem(BenchSystem):
         if self._process.is_alive():
             try:
                 self._call("close")
-            except RuntimeError:  # it died on its way out: nothing is left to release
-                pass
+            except RuntimeError as error:  # said, not raised: closing must not hide why a run stopped
+                logger.warning("%s", error)
         self._process.join(CLOSE_TIMEOUT_S)
         if self._process.is_alive():
             self._process.terminate()
