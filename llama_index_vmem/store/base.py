@@ -100,10 +100,14 @@ def _tie_groups(hits: Sequence["Hit"]) -> List[List["Hit"]]:
     return groups
 
 
+def _in_order(groups: List[List["Hit"]]) -> List["Hit"]:
+    return [h for group in groups for h in sorted(group, key=_conversation_order)]
+
+
 def ranked(hits: Sequence["Hit"]) -> List["Hit"]:
     """Best first; equal scores (the same picture in two rounds, BM25 ties) in conversation order,
     so every process ranks a memory the same way."""
-    return [h for group in _tie_groups(hits) for h in sorted(group, key=_conversation_order)]
+    return _in_order(_tie_groups(hits))
 
 
 @dataclass
@@ -149,9 +153,10 @@ class LaneStore(abc.ABC):
         fetch = limit + TIE_MARGIN
         while True:
             hits = self._query(collection, using, vector, scope, fetch)
-            last_tie = _tie_groups(hits)[-1] if hits else []
+            groups = _tie_groups(hits)
+            last_tie = groups[-1] if groups else []
             if len(hits) < fetch or len(hits) - len(last_tie) >= limit:  # all in scope, or the last tie lies past the cut
-                return ranked(hits)[:limit]
+                return _in_order(groups)[:limit]
             fetch *= 2
 
     @abc.abstractmethod
