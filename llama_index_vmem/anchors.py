@@ -4,6 +4,8 @@ on the retrieval path).
 * ``HypoCaptionTransform`` (text->image): the caption the wanted image most likely has.
 * ``EnrichedAnchorTransform`` (image+text->text): the question plus at most 8 keywords a vision
   LLM reads off the attached image.
+* ``caption_keywords``: without a vision LLM, the attached image's caption stands in for those
+  keywords, cut to the same shape (content words, capped).
 
 Both keep ``image_path`` (``HyDEQueryTransform`` drops it) and cache by input, so the same
 question costs one LLM call.
@@ -25,6 +27,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import QueryBundle
+from llama_index.core.utils import globals_helper
 from pydantic import PrivateAttr
 
 from .images import is_url
@@ -123,6 +126,19 @@ def parse_keywords(reply: str) -> List[str]:
         except (json.JSONDecodeError, AttributeError):
             pass
     return []
+
+
+def caption_keywords(caption: str, max_keywords: int) -> List[str]:
+    """The caption's first ``max_keywords`` distinct content words, in order.
+
+    Appended whole, a caption outweighs the question in the anchor; cut to keywords, it weighs what
+    the vision LLM's keywords weigh. Captions name their subject first, so the first words are kept.
+    """
+    words: Dict[str, str] = {}
+    for word in re.findall(r"[^\W\d_]{2,}(?:['’-][^\W\d_]+)*", caption):
+        if word.lower() not in globals_helper.stopwords:
+            words.setdefault(word.lower(), word)
+    return list(words.values())[:max_keywords]
 
 
 def _image_block(image_path: str) -> ImageBlock:

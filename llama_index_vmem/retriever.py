@@ -20,7 +20,7 @@ from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from . import schema
-from .anchors import EnrichedAnchorTransform, HypoCaptionTransform
+from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
 from .fusion import Fused, near_image_seqs, rank_rounds, round_of, rrf, unit_of
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
@@ -112,7 +112,7 @@ class VMemRetriever(BaseRetriever):
         if isinstance(query_bundle, str):
             query_bundle = QueryBundle(query_bundle)
         plan = self.route(query_bundle, **overrides)
-        anchors = {a: self._anchor(a, query_bundle) for a in plan.anchors}
+        anchors = {a: self._anchor(a, query_bundle, plan.config) for a in plan.anchors}
         eligible = self._eligible_seqs(plan)
         rankings, fused = self._rank(plan, anchors, query_bundle, eligible)
         if eligible is not None:
@@ -134,7 +134,7 @@ class VMemRetriever(BaseRetriever):
         rankings = {s.name: rank_rounds(self._search(s, anchors[s.anchor], eligible, pool), key) for s in plan.signals}
         return rankings, rrf(rankings, plan.config.rrf_kappa, key)
 
-    def _anchor(self, anchor: Anchor, query: QueryBundle) -> AnchorValue:
+    def _anchor(self, anchor: Anchor, query: QueryBundle, config: VMemConfig) -> AnchorValue:
         if anchor is Anchor.HYPO_CAPTION:
             return self._transform(self.hypo_caption, query)
         if anchor is Anchor.ENRICHED:
@@ -142,8 +142,9 @@ class VMemRetriever(BaseRetriever):
                 return self._transform(self.enriched_anchor, query)
             caption = schema.query_image_caption(query)
             why = "no LLM" if query.image_path else "attached image has no pixels"
-            if caption:  # the image's caption stands in for the keywords a vision LLM would read off it
-                return AnchorValue(f"{query.query_str} {caption}", f"raw query + attached image caption ({why})")
+            if caption:
+                keywords = caption_keywords(caption, config.max_anchor_keywords)
+                return AnchorValue(" ".join([query.query_str, *keywords]), f"raw query + attached image caption keywords ({why})")
             return AnchorValue(query.query_str, f"raw query ({why})")
         if anchor is Anchor.QUERY_IMAGE:
             return AnchorValue(str(query.image_path), "attached image")

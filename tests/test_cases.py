@@ -13,6 +13,7 @@ from llama_index.core.schema import ImageNode, TextNode
 from PIL import Image
 
 from llama_index_vmem import Case, VMemQueryBundle
+from llama_index_vmem.router import Anchor
 from llama_index_vmem.retriever import EXPLAIN_KEY
 
 FILLER = [
@@ -123,6 +124,27 @@ def test_image_text_to_text_enriched_anchor_reaches_evidence(make_index, minilm,
     assert [b.block_type for b in sent.blocks] == ["image", "text"]
     assert question in sent.blocks[1].text
     assert "Tesla" in result.anchors[next(a for a in result.anchors if a.value == "enriched")].text
+
+
+def test_image_text_to_text_without_an_llm_searches_with_the_caption_keywords(make_index, minilm):
+    """Case 3 offline: the attached image is known only by its caption, whose first content words
+    stand in for the vision LLM's keywords, capped as those are."""
+    rounds = _filler("D1") + [
+        _round("D2:1", "Electric cars are finally mainstream.", "Tesla and Elon Musk pushed the whole industry there."),
+    ]
+    question = "When we talked about which entrepreneur did I share something related to this picture?"
+    caption = "A red Tesla electric car charging in front of a glass office building at dusk"
+    index = make_index()
+    index.add_rounds(rounds)
+    retriever = index.as_retriever()
+    assert _top_round(retriever.retrieve_with_plan(VMemQueryBundle(question)).nodes) != "D2:1"
+
+    result = retriever.retrieve_with_plan(VMemQueryBundle(question, image_caption=caption), max_anchor_keywords=3)
+    assert result.plan.case is Case.IMAGE_TEXT_TO_TEXT
+    anchor = result.anchors[Anchor.ENRICHED]
+    assert anchor.text == f"{question} red Tesla electric"
+    assert anchor.source == "raw query + attached image caption keywords (attached image has no pixels)"
+    assert _top_round(result.nodes) == "D2:1"
 
 
 def test_image_text_to_image_uses_the_image_lane_alone(make_index, minilm, photos, tmp_path):

@@ -101,6 +101,15 @@ def test_anchor_transforms_keep_the_attached_image(scripted_llm, photos):
     assert HypoCaptionTransform(llm).run(query).image_path == str(photos["coffee"])
 
 
+def test_caption_keywords_are_distinct_content_words_in_order():
+    from llama_index_vmem.anchors import caption_keywords
+
+    caption = "Close-up of a tall foxglove, its pink-purple bells hanging down; the Foxglove again, don't 3D"
+    assert caption_keywords(caption, 8) == ["Close-up", "tall", "foxglove", "pink-purple", "bells", "hanging"]  # "Foxglove" repeats, "down" and "don't" are stopwords
+    assert caption_keywords(caption, 2) == ["Close-up", "tall"]
+    assert caption_keywords("the and of", 8) == []
+
+
 def test_config_overrides_per_index_and_per_query(make_index, photos):
     from llama_index_vmem import VMemConfig
 
