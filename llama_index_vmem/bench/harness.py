@@ -75,6 +75,11 @@ def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[s
 def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k: int, systems: Sequence[str],
                   rungs: str = "anchors", llm: Optional[LLM] = None, qa: bool = False,
                   judge_prompt: Optional[Path] = None, show_progress: bool = True, delivery: str = "text") -> Dict[str, Any]:
+    """Every system over every conversation, as ``results.json`` holds it.
+
+    Stock systems run in spawned worker processes, so a script that calls this must guard its
+    entry point with ``if __name__ == "__main__":`` (spawn re-imports the script).
+    """
     names = rung_names(rungs)
     config = BENCHMARK_CONFIGS.get(benchmark, VMemConfig())
     made, skipped, build = make_systems(conversations, systems, names, llm, delivery, config)
