@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from qdrant_client import QdrantClient
+from qdrant_client import QdrantClient, models
 
 from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle
 from llama_index_vmem.store import Collection
@@ -165,6 +165,13 @@ class RecordingClient(QdrantClient):
         self.indexed.append((collection_name, field_name, field_schema))
         return super().create_payload_index(collection_name, field_name, field_schema=field_schema, **kwargs)
 
+    def get_collection(self, collection_name):
+        """As a server reports it: local mode keeps no payload indexes, so it lists none."""
+        info = super().get_collection(collection_name)
+        info.payload_schema = {f: models.PayloadIndexInfo(data_type=models.PayloadSchemaType.KEYWORD, points=0)
+                               for c, f, _ in self.indexed if c == collection_name}
+        return info
+
 
 def test_server_gets_payload_indexes_for_scoping_and_ordering_once(tmp_path, minilm, tiny_siglip, photos):
     client = RecordingClient()
@@ -172,6 +179,7 @@ def test_server_gets_payload_indexes_for_scoping_and_ordering_once(tmp_path, min
                                         image_encoder=tiny_siglip) for m in ("alice", "bob", "carol")]
     memories[0].add_rounds(_rounds(photos, "Mochi"))
     assert sorted(client.created) == ["vmem_image", "vmem_rounds", "vmem_text"], "created once, reused by every memory"
+    assert len({(c, f) for c, f, _ in client.indexed}) == len(client.indexed), "each index created once"
     for name in client.created:
         fields = {field: schema for collection, field, schema in client.indexed if collection == name}
         assert fields["memory_id"].is_tenant is True
@@ -180,6 +188,36 @@ def test_server_gets_payload_indexes_for_scoping_and_ordering_once(tmp_path, min
     for m in memories:
         m.close()
     assert client.get_collections().collections, "closing a memory leaves a client the caller passed in open"
+
+
+def test_a_store_from_before_an_index_existed_gains_it_on_reopen(tmp_path, minilm, tiny_siglip, photos, monkeypatch):
+    """Filters on an unindexed key still work, by scanning every point: reopening adds the index."""
+    from llama_index_vmem import schema
+
+    client = RecordingClient()
+    old_keys = tuple(k for k in schema.INDEXED_KEYWORDS if k != schema.PREV_ROUND_ID)
+    with monkeypatch.context() as m:
+        m.setattr(schema, "INDEXED_KEYWORDS", old_keys)
+        for kwargs in ({"path": tmp_path / "edge"}, {"client": client}):
+            old = VMemIndex.from_defaults(embed_model=minilm, image_encoder=tiny_siglip, **kwargs)
+            old.add_rounds(_rounds(photos))
+            old.close()
+    assert schema.PREV_ROUND_ID not in {f for _, f, _ in client.indexed}
+
+    edge = VMemIndex.from_defaults(path=tmp_path / "edge", embed_model=minilm, image_encoder=tiny_siglip)
+    try:
+        assert all(schema.PREV_ROUND_ID in shard.info().payload_schema for shard in edge.store._shards.values())
+        assert len(edge) == 4 and _results(edge)[0]
+    finally:
+        edge.close()
+    before = len(client.indexed)
+    server = VMemIndex.from_defaults(client=client, embed_model=minilm, image_encoder=tiny_siglip)
+    try:
+        assert sorted(client.indexed[before:]) == [(f"vmem_{c.value}", schema.PREV_ROUND_ID, models.PayloadSchemaType.KEYWORD)
+                                                   for c in sorted(Collection, key=lambda c: c.value)]
+        assert len(server) == 4
+    finally:
+        server.close()
 
 
 def test_optimize_keeps_every_answer(tmp_path, minilm, tiny_siglip, photos):

@@ -54,19 +54,14 @@ class EdgeLaneStore(LaneStore):
                     )
                 if not self._shards:
                     for c in Collection:
-                        self._shards[c] = qe.EdgeShard.load(str(self.path / c.value))
+                        self._shards[c] = _with_indexes(qe.EdgeShard.load(str(self.path / c.value)))
                 return
             self.path.mkdir(parents=True, exist_ok=True)
             for c in Collection:
                 # No manifest yet: any shard here is from a creation that was interrupted (the
                 # manifest is written last and nothing is stored before it), so start it afresh.
                 shutil.rmtree(self.path / c.value, ignore_errors=True)
-                shard = qe.EdgeShard.create(str(self.path / c.value), _config(c, dims))
-                for key in schema.INDEXED_KEYWORDS:
-                    shard.update(qe.UpdateOperation.create_field_index(key, qe.KeywordIndexParams(is_tenant=key == schema.MEMORY_ID)))
-                for key in schema.INDEXED_INTEGERS:
-                    shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Integer))
-                self._shards[c] = shard
+                self._shards[c] = _with_indexes(qe.EdgeShard.create(str(self.path / c.value), _config(c, dims)))
             tmp = manifest_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
             os.replace(tmp, manifest_path)
@@ -127,6 +122,19 @@ class EdgeLaneStore(LaneStore):
             shard.flush()
             shard.close()
         self._shards.clear()
+
+
+def _with_indexes(shard: qe.EdgeShard) -> qe.EdgeShard:
+    """Create the payload indexes ``shard`` lacks, so a store written by an older version gains
+    those added since (its filters would work without them, but by scanning every point)."""
+    have = set(shard.info().payload_schema)
+    for key in schema.INDEXED_KEYWORDS:
+        if key not in have:
+            shard.update(qe.UpdateOperation.create_field_index(key, qe.KeywordIndexParams(is_tenant=key == schema.MEMORY_ID)))
+    for key in schema.INDEXED_INTEGERS:
+        if key not in have:
+            shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Integer))
+    return shard
 
 
 def _config(collection: Collection, dims: LaneDims) -> qe.EdgeConfig:

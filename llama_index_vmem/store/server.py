@@ -43,20 +43,16 @@ class ServerLaneStore(LaneStore):
     def _ensure_collections(self, dims: LaneDims) -> None:
         for c in Collection:
             name = self.name(c)
+            have: Dict[str, Any] = {}
             if self.client.collection_exists(name):
-                _check_dims(name, self.client.get_collection(name), c, dims)
-                continue
-            self.client.create_collection(name, vectors_config=_dense_config(c, dims), sparse_vectors_config=_sparse_config(c))
-            self.client.create_payload_index(
-                name, schema.MEMORY_ID,
-                field_schema=models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True),
-            )
-            for key in schema.INDEXED_KEYWORDS[1:]:
-                self.client.create_payload_index(name, key, field_schema=models.PayloadSchemaType.KEYWORD)
-            for key in schema.INDEXED_INTEGERS:
-                self.client.create_payload_index(
-                    name, key, field_schema=models.IntegerIndexParams(type=models.IntegerIndexType.INTEGER, lookup=True, range=True)
-                )
+                info = self.client.get_collection(name)
+                _check_dims(name, info, c, dims)
+                have = info.payload_schema
+            else:
+                self.client.create_collection(name, vectors_config=_dense_config(c, dims), sparse_vectors_config=_sparse_config(c))
+            for key, field_schema in _payload_indexes().items():  # a collection from an older version gains those added since
+                if key not in have:
+                    self.client.create_payload_index(name, key, field_schema=field_schema)
 
     def upsert(self, collection: Collection, points: Sequence[PointData]) -> None:
         if points:
@@ -126,6 +122,14 @@ def _sparse_config(c: Collection) -> Optional[Dict[str, models.SparseVectorParam
     if c is Collection.ROUNDS:
         return None
     return {schema.TEXT_SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+
+
+def _payload_indexes() -> Dict[str, Any]:
+    """Every payload index a collection has: ``memory_id`` as the tenant key, the other ids, ``seq``."""
+    tenant = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)
+    integer = models.IntegerIndexParams(type=models.IntegerIndexType.INTEGER, lookup=True, range=True)
+    return ({key: tenant if key == schema.MEMORY_ID else models.PayloadSchemaType.KEYWORD for key in schema.INDEXED_KEYWORDS}
+            | {key: integer for key in schema.INDEXED_INTEGERS})
 
 
 def _check_dims(name: str, info: Any, c: Collection, dims: LaneDims) -> None:
