@@ -5,7 +5,8 @@
 * ``pixels``: the same text, and after each round the original pixels of its images as
   ``ImageBlock``s (D1), each id stamped visibly into a corner of the pixels and named in the text
   (D2), under the block's time header (D3). The query's own image is delivered too, labelled as
-  the attachment. An image budget caps how many images and how large; what it drops is said.
+  the attachment. An image budget caps how many images and how large; what it drops is said, and
+  so is an image whose file can no longer be read.
 
 Labelled, downscaled copies are cached on disk by content, so originals are never touched.
 """
@@ -13,11 +14,12 @@ Labelled, downscaled copies are cached on disk by content, so originals are neve
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from llama_index.core.base.llms.types import ImageBlock, TextBlock
 from llama_index.core.llms import LLM
@@ -33,6 +35,8 @@ from .retriever import EXPLAIN_KEY
 
 if TYPE_CHECKING:
     from .index import VMemIndex
+
+logger = logging.getLogger(__name__)
 
 BLOCK_SEPARATOR = "\n\n---\n\n"
 ATTACHMENT_LABEL = "ATTACHED"
@@ -121,7 +125,7 @@ class Deliverer:
         blocks = [n.node for n in nodes if not isinstance(n.node, ImageNode)]
         rounds = self.index.get_rounds(r for b in blocks for r in _member_ids(b))
         images = self._images(blocks, rounds)
-        shown = set(list(images)[: self.budget.max_images])
+        shown, unreadable = self._label(images)
         out: List[ContentBlock] = []
         for i, block in enumerate(blocks):
             if i:
@@ -129,8 +133,8 @@ class Deliverer:
             out.append(TextBlock(text=f"[{schema.block_header([rounds[r].metadata for r in _member_ids(block) if r in rounds])}]"))
             for rid in _member_ids(block):
                 if rid in rounds:
-                    out.extend(self._round(rounds[rid], images, shown))
-        dropped = [images[k].metadata[schema.IMAGE_ID] for k in images if k not in shown]
+                    out.extend(self._round(rounds[rid], images, shown, unreadable))
+        dropped = [images[k].metadata[schema.IMAGE_ID] for k in images if k not in shown and k not in unreadable]
         if dropped:
             out.append(TextBlock(text=f"\n[not shown to keep within the image budget of {self.budget.max_images}: "
                                       f"{', '.join(dropped)}]"))
@@ -150,7 +154,25 @@ class Deliverer:
         found = self.index.images_near(order, 0)
         return {img.node_id: img for r in order for img in found.get(r.node_id, []) if img.image_path}
 
-    def _round(self, round_node: TextNode, images: Dict[str, ImageNode], shown: set) -> List[ContentBlock]:
+    def _label(self, images: Dict[str, ImageNode]) -> Tuple[Dict[str, Path], Set[str]]:
+        """Labelled copies of the first ``max_images`` images whose files can be read, and the
+        images whose files cannot (deleted outside the memory, or by a ``forget`` running meanwhile):
+        a lost picture costs the answer that picture, and its budget slot goes to the next one."""
+        shown: Dict[str, Path] = {}
+        unreadable: Set[str] = set()
+        for key, img in images.items():
+            if len(shown) == self.budget.max_images:
+                break
+            image_id = img.metadata[schema.IMAGE_ID]
+            try:
+                shown[key] = label_image(img.image_path, image_id, self.cache_dir, self.budget.max_side)
+            except OSError as exc:
+                logger.warning("image %s not delivered: %s", image_id, exc)
+                unreadable.add(key)
+        return shown, unreadable
+
+    def _round(self, round_node: TextNode, images: Dict[str, ImageNode], shown: Dict[str, Path],
+               unreadable: Set[str]) -> List[ContentBlock]:
         out: List[ContentBlock] = [TextBlock(text="\n" + round_node.text)]
         for key, img in images.items():
             if img.metadata[schema.ROUND_ID] != round_node.node_id:
@@ -158,7 +180,9 @@ class Deliverer:
             image_id = img.metadata[schema.IMAGE_ID]
             if key in shown:
                 out.append(TextBlock(text=f"\n[image {image_id}]"))
-                out.append(ImageBlock(path=label_image(img.image_path, image_id, self.cache_dir, self.budget.max_side)))
+                out.append(ImageBlock(path=shown[key]))
+            elif key in unreadable:
+                out.append(TextBlock(text=f"\n[image {image_id}: its file could not be read, not shown]"))
         return out
 
 

@@ -2,6 +2,7 @@
 
 import hashlib
 import re
+from pathlib import Path
 
 import pytest
 from llama_index.core.base.llms.types import ImageBlock, TextBlock
@@ -177,3 +178,22 @@ def test_the_retrievers_explanation_is_not_sent_to_stock_engines(make_index, pho
     nodes = _memory(make_index, photos).as_retriever().retrieve("Which photo shows the rocket?")
     assert "vmem" in nodes[0].node.metadata
     assert "vmem" not in nodes[0].node.get_content(metadata_mode="llm")
+
+
+def test_a_stored_image_whose_file_is_gone_costs_that_picture_not_the_answer(make_index, photos, caplog):
+    """A file deleted outside the memory (or by a ``forget`` running meanwhile) is named in the text,
+    and its budget slot goes to the next image."""
+    index = _memory(make_index, photos)
+    [cat] = [u for u in index.rounds(["D2:1"])[0].units if u.metadata.get("image_id") == "D2:IMG_001"]
+    assert index.image_dir in Path(cat.image_path).parents, "the memory's own copy, not the caller's photo"
+    Path(cat.image_path).unlink()
+    llm = MockLLMWithChatMemoryOfLastCall()
+    engine = index.as_query_engine(llm=llm, delivery="pixels", image_budget=ImageBudget(max_images=1))
+    engine.query(VMemQueryBundle("Which photo is this?", image_path=str(photos["chelsea"])))
+    blocks = _sent(llm)
+    text = "".join(b.text for b in blocks if isinstance(b, TextBlock))
+    assert "[image D2:IMG_001: its file could not be read, not shown]" in text
+    shown = re.findall(r"\[image (\S+)\]", text)
+    assert len(shown) == 1 and shown != ["D2:IMG_001"], "the slot went to another stored image"
+    assert sum(isinstance(b, ImageBlock) for b in blocks) == 2  # that image and the attachment
+    assert "D2:IMG_001" in caplog.text
