@@ -29,7 +29,7 @@ from PIL import Image, ImageDraw, ImageFont
 from pydantic import PrivateAttr
 
 from . import schema
-from .images import open_rgb
+from .images import open_rgb, write_atomically
 from .postprocessor import BLOCK_ROUND_IDS
 from .retriever import EXPLAIN_KEY
 
@@ -87,9 +87,7 @@ def label_image(source: Union[str, Path], label: str, cache_dir: Path, max_side:
     draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=(0, 0, 0))  # PIL's rectangle is inclusive
     draw.text(origin, label, fill=(255, 255, 255), font=font)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
-    img.save(tmp, format="PNG")
-    tmp.replace(target)
+    write_atomically(target, lambda tmp: img.save(tmp, format="PNG"))
     return target
 
 

@@ -14,11 +14,12 @@ import os
 import re
 import urllib.parse
 import urllib.request
+import uuid
 import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import Callable, List, Optional, Union
 
 from PIL import Image, UnidentifiedImageError
 
@@ -172,10 +173,20 @@ def save(image: LoadedImage, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / image.file_name
     if not target.exists():
-        tmp = target.with_suffix(target.suffix + ".tmp")
-        tmp.write_bytes(image.data)
-        os.replace(tmp, target)
+        write_atomically(target, lambda tmp: tmp.write_bytes(image.data))
     return target
+
+
+def write_atomically(target: Path, write: Callable[[Path], None]) -> None:
+    """``write`` a temporary file of this call's own, then rename it to ``target``: readers never
+    see half a file, and two writers of one target (two chats attaching the same picture) never
+    share a temporary file."""
+    tmp = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def to_rgb(img: Image.Image) -> Image.Image:

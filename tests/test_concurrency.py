@@ -98,3 +98,25 @@ def test_two_handles_of_one_memory_share_its_writes(open_memory, photos):
         for f in [pool.submit(write, w) for w in range(WRITERS)]:
             f.result()
     assert _store_state(open_memory("shared")) == expected
+
+
+def test_threads_writing_the_same_picture_at_once_all_succeed(tmp_path, photos):
+    """Two chats attaching one picture write one file by content hash; each writer has its own
+    temporary file, so none finds another's renamed away, and none is left behind."""
+    from threading import Barrier
+
+    from llama_index_vmem import images
+
+    image = images.validate("photo", photos["coffee"].read_bytes())
+    for trial in range(25):
+        directory = tmp_path / str(trial)
+        start = Barrier(WRITERS)
+
+        def write():
+            start.wait()
+            return images.save(image, directory)
+
+        with ThreadPoolExecutor(WRITERS) as pool:
+            paths = list(pool.map(lambda _: write(), range(WRITERS)))
+        assert len(set(paths)) == 1 and paths[0].read_bytes() == image.data
+        assert [p.name for p in directory.iterdir()] == [paths[0].name]
