@@ -32,7 +32,7 @@ from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedd
 from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
 from .lifecycle import Selection, StoredRound, TimeLike
-from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, round_input_from_dict
+from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, default_round_key, round_input_from_dict
 from .store import Collection, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ class VMemIndex:
         with _write_lock(self.store, self.memory_id):
             last = self._last_seq()
             self._sweep_unfinished(last)
-            parsed = self._parser.parse_rounds(self._with_default_keys(inputs), first_seq=last + 1)
+            parsed = self._parser.parse_rounds(self._with_default_keys(inputs, first_seq=last + 1), first_seq=last + 1)
             self._reject_existing(parsed)
             text_points, image_points = self._encode(parsed)
             self._link_to_stored(parsed)
@@ -276,25 +276,32 @@ class VMemIndex:
         for collection in (Collection.TEXT, Collection.IMAGE):
             self.store.delete(collection, self.scope(seq_range=(last + 1, 2**62)))
 
-    def _with_default_keys(self, inputs: List[RoundInput]) -> List[RoundInput]:
-        """Rounds without a key are numbered within their session (``D2:1``, ``D2:2``, ...),
-        skipping keys already taken by the session or by this call."""
+    def _with_default_keys(self, inputs: List[RoundInput], first_seq: int) -> List[RoundInput]:
+        """Give each round without a key the next free default: numbered within its session
+        (``D2:1``, ``D2:2``, ...) or by sequence outside one (``R17``), moved past every key this
+        memory holds or this call gives, so a default never collides with a key a caller chose."""
         taken = {r.round_key for r in inputs if r.round_key is not None}
-        loaded: set = set()
-        out = []
-        for r in inputs:
-            if r.round_key is None and r.session_id is not None:
-                if r.session_id not in loaded:
-                    loaded.add(r.session_id)
-                    taken.update(h.payload[schema.ROUND_KEY] for h in
-                                 self.store.scroll(Collection.ROUNDS, self.scope(session_id=r.session_id)))
-                n = 1
-                while f"{r.session_id}:{n}" in taken:
+        loaded_sessions: set = set()
+        keys: Dict[int, str] = {}
+        pending = [i for i, r in enumerate(inputs) if r.round_key is None]
+        while pending:  # a default taken by a round of another session moves on, and is checked again
+            for i in pending:
+                session = inputs[i].session_id
+                if session is not None and session not in loaded_sessions:
+                    loaded_sessions.add(session)
+                    taken.update(h.payload[schema.ROUND_KEY] for h in self.store.scroll(Collection.ROUNDS, self.scope(session_id=session)))
+                n = 1 if session is not None else first_seq + i
+                while default_round_key(session, n) in taken:
                     n += 1
-                r = replace(r, round_key=f"{r.session_id}:{n}")
-                taken.add(r.round_key)
-            out.append(r)
-        return out
+                keys[i] = default_round_key(session, n)
+                taken.add(keys[i])
+            stored = self._stored_keys([keys[i] for i in pending])
+            pending = [i for i in pending if keys[i] in stored]
+        return [replace(r, round_key=keys[i]) if i in keys else r for i, r in enumerate(inputs)]
+
+    def _stored_keys(self, keys: Sequence[str]) -> set:
+        ids = tuple(schema.round_id(self.memory_id, k) for k in keys)
+        return {h.payload[schema.ROUND_KEY] for h in self.store.scroll(Collection.ROUNDS, self.scope(round_ids=ids))} if ids else set()
 
     def _reject_existing(self, parsed: List[ParsedRound]) -> None:
         ids = tuple(p.round_node.node_id for p in parsed)

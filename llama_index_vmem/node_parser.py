@@ -78,6 +78,11 @@ class ParsedRound:
         return self.round_node.metadata.get(schema.SESSION_ID)
 
 
+def default_round_key(session_id: Optional[str], n: int) -> str:
+    """The key of a round given none: ``D2:3`` in session ``D2``, ``R17`` outside any session."""
+    return f"{session_id}:{n}" if session_id else f"R{n}"
+
+
 def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
     """``{user, assistant, images: [{image_id, path|bytes|url, caption, role}], audio, session_id, timestamp, round_key}``.
 
@@ -295,7 +300,7 @@ class RoundNodeParser(NodeParser):
 
     def _parse_round(self, r: RoundInput, seq: int) -> ParsedRound:
         session = r.session_id
-        key = r.round_key or (f"{session}:{seq}" if session else f"R{seq}")
+        key = r.round_key or default_round_key(session, seq)
         item = f"round {key}"
         rid = schema.round_id(self.memory_id, key)
         shared = {

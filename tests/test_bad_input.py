@@ -318,6 +318,20 @@ def test_duplicate_round_key_across_calls(memory, fresh_image, call, item):
     assert "already stored" in err.problem
 
 
+def test_a_default_key_moves_past_keys_callers_chose(make_index):
+    """A key a caller chose in the default form never blocks later rounds without a key."""
+    index = make_index()
+    index.add_round(user="chosen", round_key="R3")
+    index.add_round(user="chosen for a session", round_key="S:1")
+    keys = [index.add_round(user=f"free {i}").metadata["round_key"] for i in range(3)]
+    assert keys == ["R4", "R5", "R6"], "R3 was taken; the next defaults follow it"
+    assert index.add_round(user="in session S", session_id="S").metadata["round_key"] == "S:2"
+    [batch] = [index.add_rounds([{"user": "one", "session_id": "S"}, {"user": "two", "session_id": "S", "round_key": "S:3"}])]
+    assert [r.metadata["round_key"] for r in batch] == ["S:4", "S:3"]
+    assert len(index) == 8
+    assert [r.round.text for r in index.rounds(["R3", "S:1"])] == ["User: chosen", "User: chosen for a session"]
+
+
 # -- wrong types --------------------------------------------------------------------------------
 
 
