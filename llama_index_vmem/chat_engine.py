@@ -13,6 +13,7 @@ the engine's delivery mode (text, or labelled pixels), so a text-only model is n
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from llama_index.core.base.llms.types import (
@@ -35,6 +36,7 @@ from . import images as image_io
 from .errors import VMemInputError
 from .index import VMemIndex
 from .messages import message_text, query_from_message, today
+from .node_parser import RoundInput
 from .query_engine import AnswerRequest, VMemQueryEngine
 
 
@@ -93,10 +95,17 @@ class VMemChatEngine(BaseChatEngine):
         request = self.query_engine.prepare(query_from_message(self.index, user))
         return request, [*self._prefix, *history, request.message]
 
-    def _remember(self, user: ChatMessage, answer: str) -> None:
-        """The exchange becomes a round of the memory (with the user's image)."""
-        reply = ChatMessage(role=MessageRole.ASSISTANT, content=answer)
-        self.index.add_messages([user, reply], session_id=self.session_id, timestamp=today())
+    def _user_round(self, user: ChatMessage) -> RoundInput:
+        """The user's half of this turn's round, checked as ``add_messages`` checks it: a message the
+        memory cannot store (audio without a transcript, an unsupported block) raises
+        ``VMemInputError`` naming the item before the LLM is called, the chat history is written or
+        the memory grows. ``_remember`` stores this half, so a transcriber runs once per turn."""
+        [pending] = self.index.rounds_from_messages([user], session_id=self.session_id)
+        return pending
+
+    def _remember(self, pending: RoundInput, answer: str) -> None:
+        """The exchange becomes a round of the memory (with the user's image), stamped when it ended."""
+        self.index.add_round_inputs([replace(pending, assistant=answer, timestamp=today())])
 
     def chat(
         self,
@@ -106,12 +115,13 @@ class VMemChatEngine(BaseChatEngine):
         image_caption: str | None = None,
     ) -> AgentChatResponse:
         user = _user_message(message, image_path, image_caption)
+        pending = self._user_round(user)
         if chat_history is not None:
             self._memory.set(chat_history)
         request, llm_input = self._prepare(user, self._memory.get())
         answer = (self._llm.chat(llm_input).message.content or "").strip()
         self._memory.put_messages([_text_only(user), ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
-        self._remember(user, answer)
+        self._remember(pending, answer)
         return AgentChatResponse(response=answer, source_nodes=request.nodes, metadata=request.metadata)
 
     async def achat(
@@ -122,12 +132,13 @@ class VMemChatEngine(BaseChatEngine):
         image_caption: str | None = None,
     ) -> AgentChatResponse:
         user = _user_message(message, image_path, image_caption)
+        pending = await asyncio.to_thread(self._user_round, user)
         if chat_history is not None:
             await self._memory.aset(chat_history)
         request, llm_input = await asyncio.to_thread(self._prepare, user, await self._memory.aget())
         answer = ((await self._llm.achat(llm_input)).message.content or "").strip()
         await self._memory.aput_messages([_text_only(user), ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
-        await asyncio.to_thread(self._remember, user, answer)
+        await asyncio.to_thread(self._remember, pending, answer)
         return AgentChatResponse(response=answer, source_nodes=request.nodes, metadata=request.metadata)
 
     def stream_chat(
@@ -139,6 +150,7 @@ class VMemChatEngine(BaseChatEngine):
     ) -> StreamingAgentChatResponse:
         """The round is appended when the stream ends, whether or not the caller reads it."""
         user = _user_message(message, image_path, image_caption)
+        pending = self._user_round(user)
         if chat_history is not None:
             self._memory.set(chat_history)
         request, llm_input = self._prepare(user, self._memory.get())
@@ -150,7 +162,7 @@ class VMemChatEngine(BaseChatEngine):
             for chunk in stream:
                 answer += chunk.delta or ""
                 yield chunk
-            self._remember(user, answer.strip())
+            self._remember(pending, answer.strip())
 
         response = StreamingAgentChatResponse(chat_stream=remembered(), source_nodes=request.nodes)
         response.write_response_to_history_thread = Thread(target=response.write_response_to_history, args=(self._memory,))
@@ -166,6 +178,7 @@ class VMemChatEngine(BaseChatEngine):
     ) -> StreamingAgentChatResponse:
         """The round is appended when the stream ends, whether or not the caller reads it."""
         user = _user_message(message, image_path, image_caption)
+        pending = await asyncio.to_thread(self._user_round, user)
         if chat_history is not None:
             await self._memory.aset(chat_history)
         request, llm_input = await asyncio.to_thread(self._prepare, user, await self._memory.aget())
@@ -177,7 +190,7 @@ class VMemChatEngine(BaseChatEngine):
             async for chunk in stream:
                 answer += chunk.delta or ""
                 yield chunk
-            await asyncio.to_thread(self._remember, user, answer.strip())
+            await asyncio.to_thread(self._remember, pending, answer.strip())
 
         response = StreamingAgentChatResponse(achat_stream=remembered(), source_nodes=request.nodes)
         response.awrite_response_to_history_task = asyncio.create_task(response.awrite_response_to_history(self._memory))

@@ -218,7 +218,18 @@ class VMemIndex:
         self, messages: Sequence[ChatMessage], session_id: Optional[str] = None, timestamp: Optional[str] = None
     ) -> List[TextNode]:
         """Append a chat transcript: each user message and the assistant reply after it is a round."""
-        return self._commit(self._parser.rounds_from_messages(messages, session_id=session_id, timestamp=timestamp))
+        return self.add_round_inputs(self.rounds_from_messages(messages, session_id=session_id, timestamp=timestamp))
+
+    def rounds_from_messages(
+        self, messages: Sequence[ChatMessage], session_id: Optional[str] = None, timestamp: Optional[str] = None
+    ) -> List[RoundInput]:
+        """Check and split chat messages into rounds as ``add_messages`` does, storing nothing (audio
+        is transcribed here), so a chat engine can refuse a turn before its LLM answers it."""
+        return self._parser.rounds_from_messages(messages, session_id=session_id, timestamp=timestamp)
+
+    def add_round_inputs(self, rounds: Sequence[RoundInput]) -> List[TextNode]:
+        """Append rounds made by ``rounds_from_messages``."""
+        return self._commit(list(rounds))
 
     async def aadd_round(self, **kwargs: Any) -> TextNode:
         return await asyncio.to_thread(lambda: self.add_round(**kwargs))

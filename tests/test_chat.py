@@ -254,6 +254,43 @@ def test_every_chat_variant_appends_exactly_one_round(make_index, photos, mode):
         (MessageRole.USER, "What is my cat called?"), (MessageRole.ASSISTANT, "Her name is Mochi, a tabby.")]
 
 
+@pytest.mark.parametrize("mode", ["chat", "stream_chat", "achat", "astream_chat"])
+def test_a_message_the_memory_cannot_store_fails_before_the_llm_is_called(make_index, photos, mode):
+    """Audio without a transcript is named before any LLM call; the chat history and the memory stay
+    as they were (even when the call passes a new history), and the next turn answers and is stored."""
+    index = _memory(make_index, photos)
+    llm = StreamingLLM(default="Noted.")
+    engine = index.as_chat_engine(llm=llm, session_id="S")
+
+    def turn(message, **kwargs):
+        if mode == "chat":
+            return str(engine.chat(message, **kwargs))
+        if mode == "stream_chat":
+            return "".join(engine.stream_chat(message, **kwargs).response_gen)
+
+        async def run():
+            if mode == "achat":
+                return str(await engine.achat(message, **kwargs))
+            return "".join([d async for d in (await engine.astream_chat(message, **kwargs)).async_response_gen()])
+
+        return asyncio.run(run())
+
+    assert turn("My sister lives in Bergen.") == "Noted."
+    history, rounds = engine.chat_history, len(index)
+    llm.prompts.clear()
+    llm.chats.clear()
+    song = ChatMessage(role=MessageRole.USER,
+                       blocks=[TextBlock(text="Listen to my song."), AudioBlock(audio=b"RIFF....WAVEfmt ", format="wav")])
+    with pytest.raises(VMemInputError, match=r"^message 0 audio 0: audio needs a transcript"):
+        turn(song, chat_history=[ChatMessage(role=MessageRole.USER, content="A new history.")])
+    assert llm.prompts == [] and llm.chats == []
+    assert engine.chat_history == history and len(index) == rounds
+    assert turn("Where does my sister live?") == "Noted."
+    assert [r.text for r in _rounds(index) if r.metadata["session_id"] == "S"] == [
+        "User: My sister lives in Bergen.\nAssistant: Noted.", "User: Where does my sister live?\nAssistant: Noted."]
+    assert len(index) == rounds + 1
+
+
 # -- LlamaIndex's ContextChatEngine over the retriever ----------------------------------------
 
 
