@@ -35,15 +35,12 @@ def export_memory(index: "VMemIndex", path: Union[str, Path]) -> Path:
     """Write every point of ``index``'s memory and its saved images to a zip at ``path``."""
     path = Path(path)
     points = {c: index.store.points(c, index.scope()) for c in Collection}
+    sources = _image_files(index, points[Collection.IMAGE])
     tmp = path.with_name(path.name + ".tmp")
     try:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            for p in points[Collection.IMAGE]:
-                source = p.payload.get(schema.IMAGE_PATH)
-                if source and Path(source).exists():
-                    name = f"{IMAGES}/{Path(source).name}"
-                    if name not in archive.namelist():
-                        archive.write(source, name)
+            for name, source in sources.items():
+                archive.write(source, f"{IMAGES}/{name}")
             document = {
                 "format": FORMAT,
                 "memory_id": index.memory_id,
@@ -56,6 +53,21 @@ def export_memory(index: "VMemIndex", path: Union[str, Path]) -> Path:
         tmp.unlink(missing_ok=True)
     logger.info("memory %s: exported %d rounds to %s", index.memory_id, len(points[Collection.ROUNDS]), path)
     return path
+
+
+def _image_files(index: "VMemIndex", points: List[PointData]) -> Dict[str, Path]:
+    """Each saved image file of ``points`` once, by archive name. Checked before anything is
+    written: an import requires every image a point names, so an archive missing one is refused."""
+    files: Dict[str, Path] = {}
+    for p in points:
+        source = p.payload.get(schema.IMAGE_PATH)
+        if not source:
+            continue
+        if not Path(source).is_file():
+            raise VMemInputError(f"memory {index.memory_id} image {p.payload.get(schema.IMAGE_ID)!r}",
+                                 f"has no file at {source}; it cannot be exported")
+        files.setdefault(Path(source).name, Path(source))
+    return files
 
 
 @dataclass

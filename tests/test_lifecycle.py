@@ -224,6 +224,18 @@ def test_import_refuses_other_encoders_and_broken_archives(open_memory, photos, 
         VMemIndex.from_archive(broken, embed_model=minilm, image_encoder=tiny_siglip, path=tmp_path / "b")
 
 
+def test_export_of_a_memory_missing_an_image_file_is_refused_up_front(open_memory, photos, tmp_path):
+    """An import requires every image a point names, so such an archive could never be read back."""
+    index = open_memory()
+    index.add_rounds(_conversation(photos)[:1])
+    missing = next(u.image_path for u in index.rounds()[0].units if getattr(u, "image_path", None))
+    Path(missing).unlink()
+    with pytest.raises(VMemInputError, match="D1:IMG_1") as refused:
+        index.export_archive(tmp_path / "m.zip")
+    assert missing in str(refused.value)
+    assert not list(tmp_path.glob("m.zip*")), "no partial archive is left"
+
+
 def test_an_image_path_into_another_memory_is_refused(open_memory, photos):
     alice, bob = open_memory("alice"), open_memory("bob")
     bob.add_rounds(_conversation(photos)[:1])
