@@ -66,6 +66,29 @@ def test_reopen_with_another_image_encoder_is_refused(tmp_path, minilm, tiny_sig
         alice.close()
 
 
+def test_server_refuses_a_memory_with_other_encoders_of_the_same_dimension(tmp_path, minilm, tiny_siglip):
+    """As Edge does: the vector sizes match, so only the recorded manifest tells the models apart."""
+    from llama_index.core.embeddings import MockEmbedding
+
+    from llama_index_vmem.store.server import MANIFEST_KEY
+
+    client = QdrantClient(location=":memory:")
+    alice = VMemIndex.from_defaults(client=client, memory_id="alice", path=tmp_path / "a", embed_model=minilm, image_encoder=tiny_siglip)
+    try:
+        other_text = MockEmbedding(embed_dim=len(minilm.get_text_embedding("x")))
+        for kwargs in (dict(embed_model=other_text), dict(embed_model=minilm, region_tiles=True)):
+            with pytest.raises(ValueError, match="was built with .*; this memory asks for"):
+                VMemIndex.from_defaults(client=client, memory_id="bob", path=tmp_path / "b", image_encoder=tiny_siglip, **kwargs)
+        for c in Collection:  # collections made before the manifest was recorded adopt the next opener's
+            client.update_collection(f"vmem_{c.value}", metadata={MANIFEST_KEY: None})
+        VMemIndex.from_defaults(client=client, memory_id="carol", path=tmp_path / "c", embed_model=minilm, image_encoder=tiny_siglip).close()
+        assert all(client.get_collection(f"vmem_{c.value}").config.metadata[MANIFEST_KEY] == alice.manifest() for c in Collection)
+        with pytest.raises(ValueError, match="was built with"):
+            VMemIndex.from_defaults(client=client, memory_id="bob", path=tmp_path / "b", embed_model=other_text, image_encoder=tiny_siglip)
+    finally:
+        alice.close()
+
+
 def test_edge_and_server_backends_return_the_same_results(tmp_path, minilm, tiny_siglip, photos):
     edge = VMemIndex.from_defaults(path=tmp_path / "edge", embed_model=minilm, image_encoder=tiny_siglip)
     server = VMemIndex.from_defaults(client=QdrantClient(location=":memory:"), path=tmp_path / "srv",
@@ -156,6 +179,7 @@ class RecordingClient(QdrantClient):
         super().__init__(location=":memory:")
         self.created: list = []
         self.indexed: list = []
+        self.upserted: list = []
 
     def create_collection(self, collection_name, *args, **kwargs):
         self.created.append(collection_name)
@@ -164,6 +188,10 @@ class RecordingClient(QdrantClient):
     def create_payload_index(self, collection_name, field_name, field_schema=None, **kwargs):
         self.indexed.append((collection_name, field_name, field_schema))
         return super().create_payload_index(collection_name, field_name, field_schema=field_schema, **kwargs)
+
+    def upsert(self, collection_name, points, *args, **kwargs):
+        self.upserted.append((collection_name, len(points)))
+        return super().upsert(collection_name, points, *args, **kwargs)
 
     def get_collection(self, collection_name):
         """As a server reports it: local mode keeps no payload indexes, so it lists none."""
@@ -188,6 +216,41 @@ def test_server_gets_payload_indexes_for_scoping_and_ordering_once(tmp_path, min
     for m in memories:
         m.close()
     assert client.get_collections().collections, "closing a memory leaves a client the caller passed in open"
+
+
+def test_server_upserts_are_sent_in_batches_and_store_every_point(tmp_path, minilm, tiny_siglip, photos):
+    """One request for a large batch would pass a server's request size limit (32 MB by default)."""
+    client = RecordingClient()
+    index = VMemIndex.from_defaults(client=client, path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip)
+    try:
+        index.store.batch_size = 3
+        rounds = [dict(r, round_key=f"{r['round_key']}-{i}") for i in range(2) for r in _rounds(photos)]
+        index.add_rounds(rounds)
+        sizes = {}
+        for name, n in client.upserted:
+            sizes.setdefault(name, []).append(n)
+        assert sizes["vmem_rounds"] == [3, 3, 2], "8 rounds in requests of at most 3"
+        assert all(n <= 3 for ns in sizes.values() for n in ns)
+        assert len(index) == 8
+        for c in Collection:
+            assert index.store.count(c, index.scope()) == sum(sizes[f"vmem_{c.value}"]) == client.count(f"vmem_{c.value}").count
+    finally:
+        index.close()
+
+
+def test_handles_on_one_server_share_an_identity_whatever_their_client():
+    """The per-memory write lock is keyed on it: two ``from_defaults(url=...)`` make two clients."""
+    from llama_index_vmem.store.server import ServerLaneStore
+
+    def identity(prefix="vmem", **options):  # no request is made: nothing listens here
+        return ServerLaneStore(QdrantClient(check_compatibility=False, **options), prefix=prefix).identity
+
+    assert identity(url="http://localhost:6333") == identity(url="http://localhost:6333/") == identity(host="localhost", port=6333)
+    assert identity(url="http://localhost:6333") != identity(url="http://localhost:6334")
+    assert identity(url="http://localhost:6333") != identity(url="http://localhost:6333", prefix="other")
+    first, second = QdrantClient(location=":memory:"), QdrantClient(location=":memory:")  # both alive: ids stay distinct
+    assert ServerLaneStore(first).identity != ServerLaneStore(second).identity, "each in-memory client is its own server"
+    assert ServerLaneStore(first).identity == ServerLaneStore(first).identity
 
 
 def test_a_store_from_before_an_index_existed_gains_it_on_reopen(tmp_path, minilm, tiny_siglip, photos, monkeypatch):

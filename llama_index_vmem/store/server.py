@@ -6,31 +6,42 @@ Each lane is one collection shared by all memories, with ``memory_id`` as the te
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Dict, Hashable, List, Optional, Sequence
 
 from qdrant_client import QdrantClient, models
+from qdrant_client.local.qdrant_local import QdrantLocal
+from qdrant_client.qdrant_remote import QdrantRemote
 
 from .. import schema
 from ..encoders.bm25 import Sparse
 from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
 _SCROLL_PAGE = 1024
+#: Points per upsert request. A server refuses requests over its size limit (32 MB by default);
+#: an image point with region tiles is about 160 kB as JSON, so 64 of them stay well under it.
+UPSERT_BATCH = 64
+#: The collection metadata key holding the encoder manifest the collection was built with.
+MANIFEST_KEY = "vmem_manifest"
 
 
 class ServerLaneStore(LaneStore):
     """``client`` is any ``QdrantClient``: ``QdrantClient(url=...)`` for a server, ``location=":memory:"`` in tests."""
 
-    def __init__(self, client: QdrantClient, prefix: str = "vmem", owns_client: bool = False) -> None:
+    def __init__(self, client: QdrantClient, prefix: str = "vmem", owns_client: bool = False,
+                 batch_size: int = UPSERT_BATCH) -> None:
         self.client = client
         self.prefix = prefix
+        self.batch_size = batch_size
         #: A client the caller passed in serves their other memories too: closing one must not close it.
         self.owns_client = owns_client
 
     @property
     def identity(self) -> Hashable:
-        """Every handle made with one client writes the same collections."""
-        return (id(self.client), self.prefix)
+        """The server and collections written to, whichever client reaches them: two
+        ``from_defaults(url=...)`` handles make two clients, yet must share one write lock."""
+        return (_server_of(self.client), self.prefix)
 
     def name(self, collection: Collection) -> str:
         return f"{self.prefix}_{collection.value}"
@@ -38,27 +49,42 @@ class ServerLaneStore(LaneStore):
     def ensure_collections(self, dims: LaneDims, manifest: Dict[str, Any]) -> None:
         with warnings.catch_warnings():  # local mode says its payload indexes do nothing; a server uses them
             warnings.filterwarnings("ignore", message="Payload indexes have no effect")
-            self._ensure_collections(dims)
+            self._ensure_collections(dims, manifest)
 
-    def _ensure_collections(self, dims: LaneDims) -> None:
+    def _ensure_collections(self, dims: LaneDims, manifest: Dict[str, Any]) -> None:
         for c in Collection:
             name = self.name(c)
             have: Dict[str, Any] = {}
             if self.client.collection_exists(name):
                 info = self.client.get_collection(name)
                 _check_dims(name, info, c, dims)
+                self._check_manifest(name, info, manifest)
                 have = info.payload_schema
             else:
-                self.client.create_collection(name, vectors_config=_dense_config(c, dims), sparse_vectors_config=_sparse_config(c))
+                self.client.create_collection(name, vectors_config=_dense_config(c, dims), sparse_vectors_config=_sparse_config(c),
+                                              metadata={MANIFEST_KEY: manifest})
             for key, field_schema in _payload_indexes().items():  # a collection from an older version gains those added since
                 if key not in have:
                     self.client.create_payload_index(name, key, field_schema=field_schema)
 
+    def _check_manifest(self, name: str, info: Any, manifest: Dict[str, Any]) -> None:
+        """Refuse encoders other than those the collection was built with: vectors of another model
+        of the same dimension would be accepted by Qdrant and silently rank as noise. A collection
+        made before the manifest was recorded adopts this memory's."""
+        stored = (info.config.metadata or {}).get(MANIFEST_KEY)
+        if stored is None:
+            self.client.update_collection(name, metadata={MANIFEST_KEY: manifest})
+        elif stored != manifest:
+            raise ValueError(f"collection {name} was built with {stored}; this memory asks for {manifest}")
+
     def upsert(self, collection: Collection, points: Sequence[PointData]) -> None:
-        if points:
+        """In requests of ``batch_size`` points, each applied before the next is sent: a large
+        ``add_rounds`` or archive import in one request would exceed the server's size limit. A
+        failure part-way leaves earlier batches stored; the caller's rollback deletes them."""
+        for start in range(0, len(points), self.batch_size):
             self.client.upsert(
                 self.name(collection),
-                points=[models.PointStruct(id=p.id, vector={n: _vector(v) for n, v in present(p.vectors).items()}, payload=p.payload) for p in points],
+                points=[_point(p) for p in points[start:start + self.batch_size]],
                 wait=True,
             )
 
@@ -104,6 +130,18 @@ class ServerLaneStore(LaneStore):
             self.client.close()
 
 
+def _server_of(client: QdrantClient) -> Hashable:
+    """What names the server ``client`` talks to, known without a request. A server: its REST
+    address, the same for ``url=`` and ``host=``/``port=``. Local mode on ``path=``: the folder.
+    Local mode in memory (or a client of unknown kind): the engine object, which no other client reaches."""
+    engine = getattr(client, "_client", client)
+    if isinstance(engine, QdrantRemote):
+        return ("server", engine.rest_uri.rstrip("/"))
+    if isinstance(engine, QdrantLocal) and engine.location != ":memory:":
+        return ("folder", os.path.realpath(engine.location))
+    return ("object", id(engine))
+
+
 def _dense_config(c: Collection, dims: LaneDims) -> Dict[str, models.VectorParams]:
     text = models.VectorParams(size=dims.text, distance=models.Distance.COSINE)
     if c is Collection.TEXT:
@@ -138,6 +176,10 @@ def _check_dims(name: str, info: Any, c: Collection, dims: LaneDims) -> None:
         have = vectors.get(vname) if isinstance(vectors, dict) else None
         if have is None or have.size != params.size:
             raise ValueError(f"collection {name} has {vname}={getattr(have, 'size', None)}, this memory needs {params.size}")
+
+
+def _point(p: PointData) -> models.PointStruct:
+    return models.PointStruct(id=p.id, vector={n: _vector(v) for n, v in present(p.vectors).items()}, payload=p.payload)
 
 
 def _vector(v: Vector) -> Any:
