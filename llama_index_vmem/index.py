@@ -32,7 +32,7 @@ from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedd
 from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
 from .lifecycle import Selection, StoredRound, TimeLike
-from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, default_round_key, round_input_from_dict
+from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_utf8, default_round_key, is_utf8, round_input_from_dict
 from .store import Collection, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
 
 if TYPE_CHECKING:
@@ -69,34 +69,34 @@ class VMemIndex:
         owns_tempdir: Optional[tempfile.TemporaryDirectory] = None,
         region_tiles: bool = False,
     ) -> None:
-        _check_memory_id(memory_id)
-        self.store = store
-        self.memory_id = memory_id
-        self.embed_model = embed_model
-        self.image_encoder = image_encoder
-        self.llm = llm
-        self.config = config or VMemConfig()
-        self.show_progress = show_progress
-        self.region_tiles = region_tiles
-        self.bm25 = Bm25Encoder()
-        self.image_dir = Path(image_dir) / hashlib.sha256(memory_id.encode()).hexdigest()[:16]
-        self.image_fence = image_io.Fence.around(self.image_dir)
-        #: Derived pixels kept beside the memory's images: labelled copies made for delivery, and
-        #: attached query images given as bytes or URLs. Caches, but of this memory's pictures.
-        self.delivered_dir = self.image_dir / "delivered"
-        self.attached_dir = self.image_dir / "attached"
-        self._parser = RoundNodeParser(memory_id=memory_id, image_dir=str(self.image_dir), transcriber=transcriber)
-        self._tempdir = owns_tempdir
-        self._closed = False
-        self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
         try:
+            _check_memory_id(memory_id)
+            self.store = store
+            self.memory_id = memory_id
+            self.embed_model = embed_model
+            self.image_encoder = image_encoder
+            self.llm = llm
+            self.config = config or VMemConfig()
+            self.show_progress = show_progress
+            self.region_tiles = region_tiles
+            self.bm25 = Bm25Encoder()
+            self.image_dir = Path(image_dir) / hashlib.sha256(memory_id.encode()).hexdigest()[:16]
+            self.image_fence = image_io.Fence.around(self.image_dir)
+            #: Derived pixels kept beside the memory's images: labelled copies made for delivery, and
+            #: attached query images given as bytes or URLs. Caches, but of this memory's pictures.
+            self.delivered_dir = self.image_dir / "delivered"
+            self.attached_dir = self.image_dir / "attached"
+            self._parser = RoundNodeParser(memory_id=memory_id, image_dir=str(self.image_dir), transcriber=transcriber)
+            self._tempdir = owns_tempdir
+            self._closed = False
+            self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
             store.ensure_collections(self._dims(), self.manifest())
+            with _write_lock(store, memory_id):
+                self._sweep_unfinished(self._last_seq())
+                lifecycle.sweep_trash(self)
         except BaseException:
-            store.close()  # a refused memory must not hold the shared store open
+            store.close()  # a memory that fails to open (refused, bad id, a failed sweep) must not hold the shared store open
             raise
-        with _write_lock(store, memory_id):
-            self._sweep_unfinished(self._last_seq())
-            lifecycle.sweep_trash(self)
 
     @classmethod
     def from_defaults(
@@ -128,6 +128,8 @@ class VMemIndex:
         encodings per image; fixed when the store is created).
         """
         _check_memory_id(memory_id)
+        embed_model = embed_model or default_text_embedding()  # before the store: a failure here holds nothing open
+        image_encoder = image_encoder or EfficientNetImageEncoder()
         tmp = None
         if client is not None or url is not None:
             owns_client = client is None
@@ -150,8 +152,8 @@ class VMemIndex:
         return cls(
             store=store,
             memory_id=memory_id,
-            embed_model=embed_model or default_text_embedding(),
-            image_encoder=image_encoder or EfficientNetImageEncoder(),
+            embed_model=embed_model,
+            image_encoder=image_encoder,
             image_dir=Path(image_dir),
             llm=llm,
             config=config,
@@ -166,14 +168,15 @@ class VMemIndex:
     def _dims(self) -> LaneDims:
         text_dim = len(self.embed_model.get_text_embedding("dimension probe"))
         visual_dim = getattr(self.image_encoder, "dimension", None)
-        if visual_dim is None:
+        if visual_dim is None:  # an encoder that does not say: embed a blank image, in memory
+            import io
+
             from PIL import Image
 
-            probe = self.image_dir.parent / "_probe.png"
-            probe.parent.mkdir(parents=True, exist_ok=True)
-            Image.new("RGB", (32, 32)).save(probe)
-            visual_dim = len(self.image_encoder.get_image_embedding(str(probe)))
-            probe.unlink()
+            probe = io.BytesIO()
+            Image.new("RGB", (32, 32)).save(probe, format="PNG")
+            probe.seek(0)
+            visual_dim = len(self.image_encoder.get_image_embedding(probe))
         return LaneDims(text=text_dim, visual=int(visual_dim), regions=self.region_tiles)
 
     def manifest(self) -> Dict[str, Any]:
@@ -241,6 +244,7 @@ class VMemIndex:
         return await asyncio.to_thread(lambda: self.add_messages(messages, **kwargs))
 
     def _commit(self, inputs: List[RoundInput]) -> List[TextNode]:
+        check_utf8(inputs)
         with _write_lock(self.store, self.memory_id):
             last = self._last_seq()
             self._sweep_unfinished(last)
@@ -524,8 +528,8 @@ class VMemIndex:
 
 
 def _check_memory_id(memory_id: Any) -> None:
-    if not isinstance(memory_id, str) or not memory_id or "\x00" in memory_id:
-        raise VMemInputError("memory_id", f"must be a non-empty string without NUL, got {memory_id!r}")
+    if not isinstance(memory_id, str) or not memory_id or "\x00" in memory_id or not is_utf8(memory_id):
+        raise VMemInputError("memory_id", f"must be a non-empty UTF-8 string without NUL, got {memory_id!r}")
 
 
 def _round_payload(p: ParsedRound) -> Dict[str, Any]:

@@ -150,6 +150,35 @@ def _opt_str(item: str, name: str, value: Any) -> Optional[str]:
     return str(value)
 
 
+def check_utf8(rounds: Sequence[RoundInput]) -> None:
+    """Refuse text that cannot be stored as UTF-8 (a lone surrogate, as a careless decode leaves),
+    naming the round and field, before the store sees any of it: the store fails on it with a bare
+    error, and a session id is used in a store filter before the round is parsed."""
+    for i, r in enumerate(rounds):
+        fields = {"user": r.user, "assistant": r.assistant, "session_id": r.session_id, "timestamp": r.timestamp,
+                  "round_key": r.round_key}
+        fields.update({f"audio {n}": text for n, text in enumerate(r.audio_transcripts)})
+        for n, img in enumerate(r.images):
+            fields.update({f"image {n} image_id": img.image_id, f"image {n} caption": img.caption})
+        for name, value in fields.items():
+            if isinstance(value, str) and not is_utf8(value):
+                item = f"round {_printable(r.round_key) if r.round_key else i}"
+                raise VMemInputError(item, f"'{name}' is not valid UTF-8 text (it holds a lone surrogate)")
+
+
+def is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _printable(text: str) -> str:
+    """``text`` as an error message can print it, a lone surrogate escaped."""
+    return text if is_utf8(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class RoundNodeParser(NodeParser):
     """Parse chat messages, round dicts or documents into round and unit nodes.
 

@@ -332,6 +332,24 @@ def test_a_default_key_moves_past_keys_callers_chose(make_index):
     assert [r.round.text for r in index.rounds(["R3", "S:1"])] == ["User: chosen", "User: chosen for a session"]
 
 
+@pytest.mark.parametrize(
+    "call, item, field",
+    [
+        (lambda m: m.add_round(user="caf\udce9 au lait"), "round 0", "user"),
+        (lambda m: m.add_round(user="x", round_key="k\ud83d"), "round k\\ud83d", "round_key"),
+        (lambda m: m.add_round(user="x", session_id="s\ud83d"), "round 0", "session_id"),
+        (lambda m: m.add_rounds([{"user": "fine", "round_key": "D2:1"}, {"user": "x", "images": [{"caption": "caf\udce9"}]}]),
+         "round 1", "image 0 caption"),
+        (lambda m: m.add_messages([user("caf\udce9")]), "round 0", "user"),
+    ],
+    ids=["user", "round_key", "session_id", "caption_in_second_round", "message"],
+)
+def test_text_that_is_not_utf8(memory, call, item, field):
+    """A lone surrogate (what a careless decode leaves) would fail in the store with a bare error."""
+    err = rejected(memory, lambda: call(memory), item=item)
+    assert f"'{field}' is not valid UTF-8 text" in err.problem
+
+
 # -- wrong types --------------------------------------------------------------------------------
 
 

@@ -120,3 +120,29 @@ def test_threads_writing_the_same_picture_at_once_all_succeed(tmp_path, photos):
             paths = list(pool.map(lambda _: write(), range(WRITERS)))
         assert len(set(paths)) == 1 and paths[0].read_bytes() == image.data
         assert [p.name for p in directory.iterdir()] == [paths[0].name]
+
+
+def test_memories_opened_at_once_with_an_encoder_that_does_not_state_its_size(tmp_path, minilm, tiny_siglip):
+    """The store learns such an encoder's size by embedding a blank image: in memory, not through a
+    file that memories opening at the same moment would share and delete under each other."""
+    from llama_index_vmem import VMemIndex
+    from llama_index_vmem.encoders import SiglipImageEncoder
+
+    class Undeclared(SiglipImageEncoder):
+        @property
+        def dimension(self):
+            return None
+
+    encoder = Undeclared(model_name=tiny_siglip.model_name, local_files_only=True)
+
+    def open_(memory_id):
+        return VMemIndex.from_defaults(path=tmp_path / "m", memory_id=memory_id, embed_model=minilm, image_encoder=encoder)
+
+    with ThreadPoolExecutor(WRITERS) as pool:
+        memories = list(pool.map(open_, [f"user{i}" for i in range(WRITERS)]))
+    try:
+        assert [m.memory_id for m in memories] == [f"user{i}" for i in range(WRITERS)]  # every open succeeded
+        assert not list((tmp_path / "m").rglob("*.png")), "no probe file is written"
+    finally:
+        for m in memories:
+            m.close()

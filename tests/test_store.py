@@ -141,9 +141,26 @@ def test_tenants_never_see_each_other(tmp_path, minilm, tiny_siglip, photos, bac
         bob.close()
 
 
-def test_empty_memory_id_is_refused(tmp_path, minilm, tiny_siglip):
+@pytest.mark.parametrize("memory_id", ["", "m\x00", "m\ud800"], ids=["empty", "nul", "lone_surrogate"])
+def test_a_bad_memory_id_is_refused(tmp_path, minilm, tiny_siglip, memory_id):
     with pytest.raises(VMemInputError, match="memory_id"):
-        VMemIndex.from_defaults(path=tmp_path / "m", memory_id="", embed_model=minilm, image_encoder=tiny_siglip)
+        VMemIndex.from_defaults(path=tmp_path / "m", memory_id=memory_id, embed_model=minilm, image_encoder=tiny_siglip)
+
+
+def test_a_memory_that_fails_to_open_releases_the_store(tmp_path, minilm, tiny_siglip, monkeypatch):
+    """The shard stays locked by this process while any handle holds it: a failed open must let go."""
+    from llama_index_vmem import lifecycle
+    from llama_index_vmem.store import edge
+
+    def broken_sweep(index):
+        raise OSError("disk went away")
+
+    with monkeypatch.context() as m:
+        m.setattr(lifecycle, "sweep_trash", broken_sweep)
+        with pytest.raises(OSError, match="disk went away"):
+            VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip)
+    assert str((tmp_path / "m" / "qdrant").resolve()) not in edge._registry
+    VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip).close()
 
 
 @pytest.mark.parametrize("backend", ["edge", "server"])
