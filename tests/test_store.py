@@ -310,3 +310,13 @@ def test_optimize_keeps_every_answer(tmp_path, minilm, tiny_siglip, photos):
         assert after == before and len(index) == 4
     finally:
         index.close()
+
+
+def test_reads_cover_every_page_of_a_scope(make_index, photos, monkeypatch):
+    from llama_index_vmem.store import base
+
+    index = make_index()
+    index.add_rounds(_rounds(photos))
+    monkeypatch.setattr(base, "SCROLL_PAGE", 3)
+    assert [r.round.metadata["round_key"] for r in index.rounds()] == ["D1:1", "D1:2", "D1:3", "D1:4"]
+    assert len(index.store.points(Collection.TEXT, index.scope())) == 8, "user and assistant span of 4 rounds: 3 pages"

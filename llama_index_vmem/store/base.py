@@ -82,6 +82,8 @@ def _from_vector(v: Any) -> Vector:
 SCORE_RTOL = 1e-5
 #: Points fetched past a search's limit, so the tie at the cut is ordered by us, not by Qdrant.
 TIE_MARGIN = 8
+#: Records fetched per request when reading every point in a scope.
+SCROLL_PAGE = 1024
 
 
 def _conversation_order(hit: "Hit") -> Tuple[int, int]:
@@ -166,7 +168,7 @@ class LaneStore(abc.ABC):
     def scroll(self, collection: Collection, scope: Scope, limit: Optional[int] = None) -> List[Hit]:
         """Points in scope ordered by ``seq`` (then unit index), up to ``limit``."""
         hits = [Hit(str(r.id), 0.0, dict(r.payload or {})) for r in self.records(collection, scope, with_vectors=False)]
-        hits.sort(key=lambda h: (h.payload.get(schema.SEQ, 0), h.payload.get(schema.UNIT_INDEX, 0)))
+        hits.sort(key=_conversation_order)
         return hits[:limit] if limit is not None else hits
 
     def points(self, collection: Collection, scope: Scope) -> List[PointData]:
@@ -174,9 +176,22 @@ class LaneStore(abc.ABC):
         return [PointData(str(r.id), dict(r.payload or {}), {n: _from_vector(v) for n, v in (r.vector or {}).items()})
                 for r in self.records(collection, scope, with_vectors=True)]
 
-    @abc.abstractmethod
     def records(self, collection: Collection, scope: Scope, with_vectors: bool) -> List[Any]:
         """The backend's own records in scope, every page: each has ``id``, ``payload`` and ``vector``."""
+        if scope.is_empty:
+            return []
+        out: List[Any] = []
+        offset = None
+        while True:
+            page, offset = self._page(collection, scope, with_vectors, offset, SCROLL_PAGE)
+            out.extend(page)
+            if offset is None:
+                return out
+
+    @abc.abstractmethod
+    def _page(self, collection: Collection, scope: Scope, with_vectors: bool, offset: Any, limit: int) -> Tuple[List[Any], Any]:
+        """One page of records in scope from ``offset`` (``None``: the first), and the next page's offset
+        (``None`` after the last); ``scope`` is not empty."""
 
     @abc.abstractmethod
     def count(self, collection: Collection, scope: Scope) -> int: ...

@@ -11,7 +11,7 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import qdrant_edge as qe
 
@@ -20,7 +20,6 @@ from ..encoders.bm25 import Sparse
 from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
 MANIFEST = "manifest.json"
-_SCROLL_PAGE = 1024
 _registry: Dict[str, "EdgeLaneStore"] = {}
 _registry_lock = threading.Lock()
 
@@ -79,17 +78,9 @@ class EdgeLaneStore(LaneStore):
         )
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found]
 
-    def records(self, collection: Collection, scope: Scope, with_vectors: bool) -> List[Any]:
-        if scope.is_empty:
-            return []
-        out: List[Any] = []
-        offset = None
-        while True:
-            records, offset = self._shards[collection].scroll(qe.ScrollRequest(
-                offset=offset, limit=_SCROLL_PAGE, filter=_filter(scope), with_payload=True, with_vector=with_vectors))
-            out.extend(records)
-            if offset is None:
-                return out
+    def _page(self, collection: Collection, scope: Scope, with_vectors: bool, offset: Any, limit: int) -> Tuple[List[Any], Any]:
+        return self._shards[collection].scroll(qe.ScrollRequest(
+            offset=offset, limit=limit, filter=_filter(scope), with_payload=True, with_vector=with_vectors))
 
     def count(self, collection: Collection, scope: Scope) -> int:
         if scope.is_empty:

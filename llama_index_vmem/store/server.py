@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Dict, Hashable, List, Optional, Sequence
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from qdrant_client import QdrantClient, models
 from qdrant_client.local.qdrant_local import QdrantLocal
@@ -18,7 +18,6 @@ from .. import schema
 from ..encoders.bm25 import Sparse
 from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
-_SCROLL_PAGE = 1024
 #: Points per upsert request. A server refuses requests over its size limit (32 MB by default);
 #: an image point with region tiles is about 160 kB as JSON, so 64 of them stay well under it.
 UPSERT_BATCH = 64
@@ -95,19 +94,9 @@ class ServerLaneStore(LaneStore):
         )
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
 
-    def records(self, collection: Collection, scope: Scope, with_vectors: bool) -> List[models.Record]:
-        if scope.is_empty:
-            return []
-        out: List[models.Record] = []
-        offset = None
-        while True:
-            records, offset = self.client.scroll(
-                self.name(collection), scroll_filter=_filter(scope), limit=_SCROLL_PAGE, offset=offset,
-                with_payload=True, with_vectors=with_vectors,
-            )
-            out.extend(records)
-            if offset is None:
-                return out
+    def _page(self, collection: Collection, scope: Scope, with_vectors: bool, offset: Any, limit: int) -> Tuple[List[Any], Any]:
+        return self.client.scroll(self.name(collection), scroll_filter=_filter(scope), limit=limit, offset=offset,
+                                  with_payload=True, with_vectors=with_vectors)
 
     def count(self, collection: Collection, scope: Scope) -> int:
         if scope.is_empty:
