@@ -30,6 +30,7 @@ from pydantic import PrivateAttr
 
 from . import schema
 from .images import open_rgb, write_atomically
+from .messages import local_query
 from .postprocessor import BLOCK_ROUND_IDS
 from .retriever import EXPLAIN_KEY
 
@@ -137,10 +138,17 @@ class Deliverer:
             out.append(TextBlock(text=f"\n[not shown to keep within the image budget of {self.budget.max_images}: "
                                       f"{', '.join(dropped)}]"))
         if query is not None and query.image_path:
-            self.index.image_fence.check("query image", query.image_path)
-            out.append(TextBlock(text=f"\n[attached image: the user's {ATTACHMENT_LABEL} picture]"))
-            out.append(ImageBlock(path=label_image(query.image_path, ATTACHMENT_LABEL, self.cache_dir, self.budget.max_side)))
+            out.extend(self._attachment(query))
         return out
+
+    def _attachment(self, query: QueryBundle) -> List[ContentBlock]:
+        """The query's own image, labelled as the attachment. An image given as a URL is stamped from
+        its local copy: the query engine keeps it before retrieval, and a stock engine's query
+        (``DeliveryPostprocessor``) is kept here the same way."""
+        image_path = local_query(self.index, query).image_path
+        self.index.image_fence.check("query image", image_path)
+        return [TextBlock(text=f"\n[attached image: the user's {ATTACHMENT_LABEL} picture]"),
+                ImageBlock(path=label_image(image_path, ATTACHMENT_LABEL, self.cache_dir, self.budget.max_side))]
 
     def _images(self, blocks: Sequence[TextNode], rounds: Dict[str, TextNode]) -> Dict[str, ImageNode]:
         """Images with pixels of the delivered rounds: retrieved rounds first (best fused score

@@ -137,7 +137,12 @@ def _read_url(item: str, url: str, fence: Optional[Fence]) -> bytes:
 
 def is_url(image: str) -> bool:
     """A URL (``scheme:...``) rather than a local path; an existing file always counts as a path."""
-    return bool(re.match(r"^[a-z][a-z0-9+.-]*:", image, re.IGNORECASE)) and not Path(image).exists()
+    if not re.match(r"^[a-z][a-z0-9+.-]*:", image, re.IGNORECASE):
+        return False
+    try:
+        return not Path(image).exists()
+    except OSError:  # too long to name a file: a photo's data: URL
+        return True
 
 
 def validate(item: str, data: bytes) -> LoadedImage:

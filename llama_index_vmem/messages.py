@@ -1,18 +1,24 @@
 """What a user's chat message asks: its text, its attached image and that image's caption.
 
 Shared by the memory block and the chat engine, which both retrieve for a ``ChatMessage`` and
-store exchanges stamped with the day they happened.
+store exchanges stamped with the day they happened, and by the query engine and delivery, which
+keep a query's attached image as a local file the way a chat message's is kept.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
+from typing import TYPE_CHECKING, Optional
 
 from llama_index.core.base.llms.types import ChatMessage, ImageBlock, TextBlock
+from llama_index.core.schema import QueryBundle
 
 from . import images as image_io
-from .index import VMemIndex
 from .schema import VMemQueryBundle
+
+if TYPE_CHECKING:
+    from .index import VMemIndex
 
 
 def message_text(message: ChatMessage) -> str:
@@ -38,9 +44,23 @@ def _local_image(index: VMemIndex, block: ImageBlock) -> str:
     Bytes and URLs are validated and kept once by content hash beside the memory's images."""
     if block.path is not None:
         return str(block.path)
-    item = "attached image"
     data = block.resolve_image(as_base64=False).read() if block.image is not None else None
-    raw = image_io.read_source(item, data=data, url=None if data is not None else str(block.url), fence=index.image_fence)
+    return keep_attachment(index, "attached image", data=data, url=None if data is not None else str(block.url))
+
+
+def local_query(index: VMemIndex, query: QueryBundle) -> QueryBundle:
+    """The query with its image as a local file, so delivery can stamp what retrieval encoded: a URL
+    (``data:`` included) is kept like a chat attachment; a local path is left as given."""
+    if not query.image_path or not image_io.is_url(query.image_path):
+        return query
+    return dataclasses.replace(query, image_path=keep_attachment(index, "query image", url=query.image_path))
+
+
+def keep_attachment(index: VMemIndex, item: str, *, data: Optional[bytes] = None, url: Optional[str] = None) -> str:
+    """Attached bytes or a URL's image, read within the memory's image fence and size limits,
+    validated (bad input is a ``VMemInputError`` naming ``item``) and kept once by content hash
+    beside the memory's images, where ``forget`` clears it."""
+    raw = image_io.read_source(item, data=data, url=url, fence=index.image_fence)
     return str(image_io.save(image_io.validate(item, raw), index.attached_dir))
 
 

@@ -21,6 +21,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from . import schema
 from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, default_mode
+from .messages import local_query
 from .postprocessor import NeighborRoundPostprocessor
 from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, IMAGE_NOTE_PROMPT
 from .retriever import RetrievalResult, VMemRetriever
@@ -99,7 +100,10 @@ class VMemQueryEngine(BaseQueryEngine):
         )
 
     def prepare(self, query_bundle: QueryBundle) -> AnswerRequest:
-        """Everything of an answer but the LLM call, so a chat engine can send it after its history."""
+        """Everything of an answer but the LLM call, so a chat engine can send it after its history.
+        A query image given as a URL is made local first: fetched and checked once, then retrieval
+        encodes and delivery stamps the same file."""
+        query_bundle = local_query(self.retriever._index, query_bundle)
         result = self.retriever.retrieve_with_plan(query_bundle)
         nodes = self.postprocessor.postprocess_nodes(result.nodes, query_bundle)
         prompt = self._prompts["conflict_prompt" if result.plan.answer_prompt == "conflict" else "answer_prompt"]

@@ -1,5 +1,6 @@
 """What reaches the model in each delivery mode (recorded by LlamaIndex's MockLLMWithChatMemoryOfLastCall)."""
 
+import base64
 import hashlib
 import re
 from pathlib import Path
@@ -11,7 +12,8 @@ from llama_index.core.llms.mock import MockLLMWithChatMemoryOfLastCall
 from PIL import Image, ImageChops
 
 from llama_index_vmem import VMemQueryBundle
-from llama_index_vmem.delivery import ATTACHMENT_LABEL, DeliveryMode, ImageBudget, default_mode, label_box
+from llama_index_vmem.delivery import ATTACHMENT_LABEL, DeliveryMode, DeliveryPostprocessor, ImageBudget, default_mode, label_box
+from llama_index_vmem.errors import VMemInputError
 
 
 def _memory(make_index, photos):
@@ -109,6 +111,35 @@ def test_attachment_is_delivered_and_labelled_and_originals_untouched(make_index
     text = "".join(b.text for b in blocks if isinstance(b, TextBlock))
     assert "[image D2:IMG_001]" in text and "[seen 2024-07-01, session D2, round D2:1]" in text
     assert hashlib.sha256(photos["rocket"].read_bytes()).hexdigest() == before
+
+
+def test_an_attachment_given_as_a_data_url_is_delivered_like_a_file(make_index, photos, tmp_path):
+    """Retrieval reads a URL; delivery stamps the local copy the query engine keeps of it. A photo's
+    data URL is far longer than a file name may be, and is still read as a URL."""
+    index = _memory(make_index, photos)
+    picture = photos["coffee"]
+    url = "data:image/png;base64," + base64.b64encode(picture.read_bytes()).decode()
+    assert len(url) > 100_000
+    llm = MockLLMWithChatMemoryOfLastCall()
+    engine = index.as_query_engine(llm=llm, delivery="pixels", image_budget=ImageBudget(max_images=8, max_side=300))
+    engine.query(VMemQueryBundle("Which picture in our chat is this?", image_path=url))
+    blocks = _sent(llm)
+    last = max(i for i, b in enumerate(blocks) if isinstance(b, ImageBlock))
+    assert ATTACHMENT_LABEL in blocks[last - 1].text
+    _assert_stamped(blocks[last].path, picture, ATTACHMENT_LABEL, 300)
+    [kept] = index.attached_dir.iterdir()
+    assert kept.read_bytes() == picture.read_bytes(), "kept once, beside the memory's images"
+
+
+def test_a_corrupt_data_url_attachment_is_bad_input_not_a_missing_file(make_index, photos):
+    """A stock engine's query reaches delivery with its URL as given: the same check names it."""
+    from llama_index_vmem import NeighborRoundPostprocessor
+
+    index = _memory(make_index, photos)
+    query = VMemQueryBundle("Which picture is this?", image_path="data:image/png;base64,bm90IGFuIGltYWdl")
+    nodes = NeighborRoundPostprocessor(index).postprocess_nodes(index.as_retriever().retrieve(query.query_str), query)
+    with pytest.raises(VMemInputError, match="^query image: not an image"):
+        DeliveryPostprocessor(index).postprocess_nodes(nodes, query)
 
 
 @pytest.mark.parametrize("model, mode", [("gpt-4o-mini", DeliveryMode.PIXELS), ("gemini-2.5-flash", DeliveryMode.PIXELS),
