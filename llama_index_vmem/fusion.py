@@ -55,6 +55,7 @@ def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], 
     return sorted(fused.values(), key=lambda r: (-r.score, r.seq))
 
 
-def near_image_seqs(image_seqs: Iterable[int], window: int) -> Set[int]:
-    """Rounds that hold an image or sit within ``window`` rounds of one."""
-    return {s + d for s in image_seqs for d in range(-window, window + 1)}
+def seqs_within(seqs: Iterable[int], window: int) -> Set[int]:
+    """Every round position within ``window`` of one of ``seqs``: the rounds near an image (the
+    text->image filter), or near a returned round (the images shown with it)."""
+    return {s + d for s in seqs for d in range(-window, window + 1)}

@@ -31,6 +31,7 @@ from .config import VMemConfig
 from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedding, image_encoder_id
 from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
+from .fusion import seqs_within
 from .lifecycle import Selection, StoredRound, TimeLike
 from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_utf8, default_round_key, is_utf8, round_input_from_dict
 from .store import Collection, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
@@ -409,7 +410,7 @@ class VMemIndex:
 
     def images_near(self, rounds: Sequence[TextNode], window: int) -> Dict[str, List[ImageNode]]:
         """Each round's own images, or, for a round without one, the images within ``window`` rounds."""
-        seqs = {r.metadata[schema.SEQ] + d for r in rounds for d in range(-window, window + 1)}
+        seqs = seqs_within((r.metadata[schema.SEQ] for r in rounds), window)
         if not seqs:
             return {}
         by_seq: Dict[int, List[ImageNode]] = {}

@@ -72,11 +72,13 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
 
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> list[ContentBlock]:
         user = latest_user_message(messages or [])
-        if user is None or len(self.index) == 0:
+        if user is None:
             return []
-        return await asyncio.to_thread(self._recall, user)
+        return await asyncio.to_thread(self._recall, user)  # a store count or search is a round-trip to a server
 
     def _recall(self, message: ChatMessage) -> list[ContentBlock]:
+        if len(self.index) == 0:
+            return []
         try:
             nodes = self._retrieve(query_from_message(self.index, message))
         except VMemInputError as e:  # a broken attachment must not break the turn

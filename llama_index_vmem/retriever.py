@@ -22,7 +22,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from . import schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
-from .fusion import Fused, near_image_seqs, rank_rounds, round_of, rrf, unit_of
+from .fusion import Fused, seqs_within, rank_rounds, round_of, rrf, unit_of
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
 from .store.base import Collection, Hit
 
@@ -164,7 +164,7 @@ class VMemRetriever(BaseRetriever):
         if plan.image_filter_window is None:
             return None
         image_units = self._index.store.scroll(Collection.IMAGE, self._index.scope())
-        return near_image_seqs((h.payload[schema.SEQ] for h in image_units), plan.image_filter_window)
+        return seqs_within((h.payload[schema.SEQ] for h in image_units), plan.image_filter_window)
 
     def _search(self, signal: Signal, anchor: AnchorValue, eligible: Optional[set], pool: int) -> List[Hit]:
         index = self._index

@@ -1,6 +1,6 @@
 """Round max per signal and RRF, on hand-computed cases."""
 
-from llama_index_vmem.fusion import near_image_seqs, rank_rounds, rrf
+from llama_index_vmem.fusion import seqs_within, rank_rounds, rrf
 from llama_index_vmem.store.base import Hit
 
 
@@ -30,4 +30,4 @@ def test_rrf_ties_go_to_the_earlier_round():
 
 
 def test_near_image_window():
-    assert near_image_seqs([5, 9], 1) == {4, 5, 6, 8, 9, 10}
+    assert seqs_within([5, 9], 1) == {4, 5, 6, 8, 9, 10}
