@@ -229,7 +229,9 @@ class VMemIndex:
     ) -> List[RoundInput]:
         """Check and split chat messages into rounds as ``add_messages`` does, storing nothing (audio
         is transcribed here), so a chat engine can refuse a turn before its LLM answers it."""
-        return self._parser.rounds_from_messages(messages, session_id=session_id, timestamp=timestamp)
+        rounds = self._parser.rounds_from_messages(messages, session_id=session_id, timestamp=timestamp)
+        check_utf8(rounds)
+        return rounds
 
     def add_round_inputs(self, rounds: Sequence[RoundInput]) -> List[TextNode]:
         """Append rounds made by ``rounds_from_messages``."""
