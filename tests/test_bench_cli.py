@@ -143,6 +143,34 @@ def test_compare_gives_ci_and_p_value(memgallery_run, capsys):
     assert verdict["ci95"][0] <= verdict["difference"] <= verdict["ci95"][1]
 
 
+def test_compare_refuses_results_at_another_k(memgallery_run, tmp_path):
+    out, results, _ = memgallery_run
+    other = tmp_path / "k5.json"
+    other.write_text(json.dumps(dict(results, k=5)))
+    with pytest.raises(SystemExit, match="differ in k"):
+        cli.main(["compare", str(out / "results.json"), str(other), "--metric", "hit", "--resamples", "10"])
+
+
+def test_an_unknown_system_is_refused_before_any_worker_starts():
+    import multiprocessing
+
+    from llama_index_vmem.bench.harness import make_systems
+
+    with pytest.raises(SystemExit, match="bogus"):
+        make_systems([], ["stock-dense", "bogus"], ["anchors"], None)
+    assert multiprocessing.active_children() == []
+
+
+def test_vmem_returns_at_least_k_rounds_when_k_is_above_the_papers_12(tmp_path):
+    out = tmp_path / "r.json"
+    argv = ["locomo", str(DATA / "locomo" / "locomo_dev.json"), "--limit", "2", "--k", "40", "--systems", "vmem,stock-bm25",
+            "--out", str(out), "--report", str(tmp_path / "r.md"), "--no-progress"]
+    assert cli.main(argv) == 0
+    results = json.loads(out.read_text())
+    assert results["vmem_config"]["k"] == 40
+    assert min(len(r["retrieved"]) for r in results["vmem"]["per_question"]) >= 40, "40 rounds hold at least 40 turns"
+
+
 def test_locomo_runs_over_turn_ids(tmp_path):
     out = tmp_path / "r.json"
     argv = ["locomo", str(DATA / "locomo" / "locomo_dev.json"), "--limit", "8", "--systems", "vmem,stock-bm25",
@@ -275,3 +303,21 @@ def test_every_system_counts_as_delivered_only_evidence_whose_text_is_in_its_con
                     assert any(text in outcome.context for text in spans[rid]), (system.name, q.qid, rid)
     finally:
         build.close()
+
+
+def test_stock_multimodal_merges_text_and_image_hits_keeping_each_nodes_first_place():
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+    from llama_index_vmem.bench.systems import StockSystem
+
+    hit = {name: NodeWithScore(node=TextNode(id_=name, text=name), score=1.0) for name in "ABC"}
+
+    class Retriever:
+        def text_retrieve(self, bundle):
+            return [hit["A"], hit["B"]]
+
+        def image_to_image_retrieve(self, image_path):
+            return [hit["C"], hit["A"]]
+
+    merged = StockSystem("stock-multimodal", None, None)._hits(Retriever(), QueryBundle("q", image_path="q.png"))
+    assert [h.node.node_id for h in merged] == ["A", "C", "B"], "alternating text and image ranks; A keeps its first place"

@@ -35,6 +35,13 @@ class StuckOnClose(Hog):
         raise OSError("store is locked")
 
 
+class HangsOnClose(Hog):
+    def close(self):
+        import time
+
+        time.sleep(600)
+
+
 def _no_system():
     raise OSError("weights not found")
 
@@ -112,3 +119,14 @@ def test_a_system_that_fails_to_close_is_logged_and_its_worker_still_ends(caplog
     worker.close()  # no raise: a close in a ``finally`` must not hide why the run stopped
     assert not worker._process.is_alive()
     assert "stuck failed in its worker process during close" in caplog.text and "store is locked" in caplog.text
+
+
+def test_a_worker_stuck_in_its_close_is_stopped_not_waited_on(caplog, monkeypatch):
+    from llama_index_vmem.bench import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "CLOSE_TIMEOUT_S", 1.0)
+    worker = WorkerSystem("hangs", HangsOnClose)
+    worker.warm_up()
+    worker.close()
+    assert not worker._process.is_alive()
+    assert "hangs: its worker process did not answer close within 1 s" in caplog.text

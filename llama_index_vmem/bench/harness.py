@@ -53,6 +53,9 @@ def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[s
     The vmem rungs share one build in this process (with the LLM, which need not pickle); each
     stock system runs in a worker process of its own.
     """
+    unknown = [name for name in systems if name != "vmem" and name not in STOCK_SYSTEMS]
+    if unknown:  # before any worker is started or model loaded
+        raise SystemExit(f"unknown system(s) {unknown}; choose from vmem, {', '.join(STOCK_SYSTEMS)}")
     vmem_embed = default_text_embedding()
     pixels = any(c.image_mode == PIXELS for c in conversations)
     build = VMemBuild(vmem_embed, EfficientNetImageEncoder(), llm=llm, config=config, delivery=DeliveryMode(delivery))
@@ -63,8 +66,6 @@ def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[s
     for name in systems:
         if name == "vmem":
             continue
-        if name not in STOCK_SYSTEMS:
-            raise SystemExit(f"unknown system {name!r}; choose from vmem, {', '.join(STOCK_SYSTEMS)}")
         if name == "stock-multimodal" and not pixels:
             skipped[name] = "no image has pixels in this data (caption mode)"
             continue
@@ -82,6 +83,7 @@ def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k:
     """
     names = rung_names(rungs)
     config = BENCHMARK_CONFIGS.get(benchmark, VMemConfig())
+    config = config.override(k=max(config.k, k))  # rankings are cut at K: vmem returns at least K rounds, as stock does
     made, skipped, build = make_systems(conversations, systems, names, llm, delivery, config)
     vmem_names = [s.name for s in made if isinstance(s, VMemSystem)]
     budget = "vmem" if "vmem" in vmem_names else (vmem_names or [made[0].name])[0]

@@ -68,7 +68,7 @@ class QueryOutcome:
     #: The benchmark's evidence ids whose text is in the context delivered to the answering model.
     delivered: List[str]
     context: str
-    #: Search and fusion, without the time spent waiting on an LLM for anchors.
+    #: Ranking (for vmem: search, fusion and neighbour blocks), without the time spent waiting on an LLM for anchors.
     retrieval_ms: float
     #: Images delivered as pixels (``--delivery pixels``).
     images: int = 0
@@ -137,15 +137,15 @@ class VMemSystem(BenchSystem):
         index.clear_query_cache()  # rungs share one index: each must pay for its own query embedding
         start = time.perf_counter()
         result = retriever.retrieve_with_plan(bundle, **self.overrides)
+        blocks = NeighborRoundPostprocessor(index).postprocess_nodes(result.nodes, bundle) if result.plan.round_level else []
         anchor_ms = result.anchor_seconds * 1000
-        elapsed = (time.perf_counter() - start) * 1000 - anchor_ms
+        elapsed = (time.perf_counter() - start) * 1000 - anchor_ms  # Algorithm 1 returns the neighbour blocks, so they count
         if not result.plan.round_level:  # units returned bare, a caption-only image as its caption
             keys = dedupe(n.node.metadata[schema.ROUND_KEY] for n in result.nodes)
             delivered = dedupe(conv.span_ids((n.node.metadata[schema.ROUND_KEY], _span(n.node)) for n in result.nodes))
             context = delivery.BLOCK_SEPARATOR.join(n.node.get_content() for n in result.nodes)
             return QueryOutcome(keys, delivered, context, elapsed, delivered_as_rounds=keys, anchor_ms=anchor_ms)
         keys = dedupe(n.node.metadata[schema.ROUND_KEY] for n in result.nodes if not isinstance(n.node, ImageNode))
-        blocks = NeighborRoundPostprocessor(index).postprocess_nodes(result.nodes, bundle)
         rounds = dedupe(k for b in blocks if not isinstance(b.node, ImageNode) for k in b.node.metadata[BLOCK_ROUNDS])
         if self.shared.delivery is DeliveryMode.PIXELS:
             content = Deliverer(index, DeliveryMode.PIXELS).deliver(blocks, bundle)
@@ -292,8 +292,12 @@ class StockSystem(BenchSystem):
             return retriever.retrieve(bundle)
         text = retriever.text_retrieve(bundle)
         images = retriever.image_to_image_retrieve(bundle.image_path) if bundle.image_path else []
-        merged = [h for pair in zip_longest(text, images) for h in pair if h is not None]
-        return list({h.node.node_id: h for h in reversed(merged)}.values())[::-1]
+        first: Dict[str, NodeWithScore] = {}
+        for pair in zip_longest(text, images):
+            for h in pair:
+                if h is not None:
+                    first.setdefault(h.node.node_id, h)
+        return list(first.values())
 
 
 def _bm25(nodes: List[TextNode]) -> BaseRetriever:

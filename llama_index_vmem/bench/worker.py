@@ -58,17 +58,20 @@ class WorkerSystem(BenchSystem):
     def close(self) -> None:
         if self._process.is_alive():
             try:
-                self._call("close")
+                self._call("close", timeout=CLOSE_TIMEOUT_S)
             except RuntimeError as error:  # said, not raised: closing must not hide why a run stopped
                 logger.warning("%s", error)
         self._process.join(CLOSE_TIMEOUT_S)
-        if self._process.is_alive():
+        if self._process.is_alive():  # a worker stuck in its close is stopped, not waited on forever
             self._process.terminate()
+            self._process.join()
         self._conn.close()
 
-    def _call(self, method: str, *args: Any) -> Any:
+    def _call(self, method: str, *args: Any, timeout: Optional[float] = None) -> Any:
         try:
             self._conn.send((method, args))
+            if timeout is not None and not self._conn.poll(timeout):
+                raise RuntimeError(f"{self.name}: its worker process did not answer {method} within {timeout:.0f} s")
             status, value = self._conn.recv()
         except (EOFError, ConnectionError):
             self._process.join(CLOSE_TIMEOUT_S)
