@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import logging
 import tempfile
 import threading
@@ -170,8 +171,6 @@ class VMemIndex:
         text_dim = len(self.embed_model.get_text_embedding("dimension probe"))
         visual_dim = getattr(self.image_encoder, "dimension", None)
         if visual_dim is None:  # an encoder that does not say: embed a blank image, in memory
-            import io
-
             from PIL import Image
 
             probe = io.BytesIO()
@@ -373,8 +372,6 @@ class VMemIndex:
         return out
 
     def _embed_images(self, blobs: List[bytes]) -> List[List[float]]:
-        import io
-
         batch = getattr(self.image_encoder, "embed_batch_size", 16)
         out: List[List[float]] = []
         chunks = range(0, len(blobs), batch)
@@ -397,8 +394,6 @@ class VMemIndex:
     def encode_query_image(self, image: str) -> List[float]:
         loaded = image_io.validate("query image", image_io.read_source("query image", **_image_source(image),
                                                                        fence=self.image_fence))
-        import io
-
         return self.image_encoder.get_image_embedding(io.BytesIO(loaded.data))
 
     def get_rounds(self, round_ids: Iterable[str]) -> Dict[str, TextNode]:
