@@ -22,7 +22,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from . import schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
-from .fusion import Fused, seqs_within, rank_rounds, round_of, rrf, unit_of
+from .fusion import Fused, rank_rounds, round_of, rrf, seqs_within, unit_of
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
 from .store.base import Collection, Hit
 

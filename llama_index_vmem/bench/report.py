@@ -18,7 +18,8 @@ CONTEXT_LEGEND = (
     "(equal granularity)."
 )
 COST_LEGEND = (
-    "query_ms: everything a system does to rank (for vmem: search, fusion and neighbour blocks); query_ms_with_anchors (with an LLM): plus the time the LLM took to write anchors. "
+    "query_ms: everything a system does to rank (for vmem: search, fusion and neighbour blocks); "
+    "query_ms_with_anchors (with an LLM): plus the time the LLM took to write anchors. "
     "peak_rss_mb: the peak resident memory of the process that built and queried the system: its libraries, encoders "
     "and the benchmark data as well as its memories. Each stock system runs in a process of its own; the vmem rungs "
     "share the calling process."
