@@ -34,7 +34,8 @@ class VMemConfig:
     aggregation_enabled: bool = True
     #: Ablation: route lanes by case. False fires every signal with the raw query, uniformly.
     routing: bool = True
-    #: Ablation: rank and return whole rounds. False ranks and returns bare units, no neighbours.
+    #: Ablation: rank and return whole rounds. False ranks and returns bare units (as many as span
+    #: k rounds), no neighbours.
     round_level: bool = True
     #: Ablation: search cross-modal cases with LLM-written anchors. False keeps the raw query.
     anchors: bool = True

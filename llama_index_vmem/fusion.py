@@ -55,6 +55,22 @@ def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], 
     return sorted(fused.values(), key=lambda r: (-r.score, r.seq))
 
 
+def units_covering(units: Sequence[Fused], k: int) -> List[Fused]:
+    """The unit-level ablation's return: units in fused order until they span ``k`` rounds.
+
+    ``k`` counts rounds at either level, so an ablation rung is ranked over as many rounds as the
+    full system; k bare units would often span fewer, as several units of one round rank together.
+    """
+    rounds: Set[str] = set()
+    out: List[Fused] = []
+    for unit in units:
+        if len(rounds) == k:
+            break
+        out.append(unit)
+        rounds.add(round_of(next(iter(unit.best_units.values()))))
+    return out
+
+
 def seqs_within(seqs: Iterable[int], window: int) -> Set[int]:
     """Every round position within ``window`` of one of ``seqs``: the rounds near an image (the
     text->image filter), or near a returned round (the images shown with it)."""

@@ -22,7 +22,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from . import schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
-from .fusion import Fused, rank_rounds, round_of, rrf, seqs_within, unit_of
+from .fusion import Fused, rank_rounds, round_of, rrf, seqs_within, unit_of, units_covering
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
 from .store.base import Collection, Hit
 
@@ -120,7 +120,7 @@ class VMemRetriever(BaseRetriever):
         fallback = eligible is not None and not fused
         if fallback:  # the filter would remove every candidate: keep the unfiltered ranking
             rankings, fused = self._rank(plan, anchors, query_bundle, None)
-        top = fused[: plan.k]
+        top = fused[: plan.k] if plan.round_level else units_covering(fused, plan.k)
         nodes = self._nodes(plan, anchors, top)
         visual = next((h for s in plan.signals if s.is_visual for h in rankings[s.name][:1]), None)
         logger.debug("route %s, %d rounds, anchors %s", plan.case.value, len(top), anchors)

@@ -250,10 +250,13 @@ def test_neighbours_stay_within_the_session(make_index):
     assert [n.node.metadata["rounds"] for n in blocks] == [["D1:1", "D1:2"], ["D2:1", "D2:2"]]
 
 
-def test_unit_level_ablation_returns_bare_units(make_index):
+def test_unit_level_ablation_returns_bare_units_spanning_k_rounds(make_index):
     index = make_index()
-    index.add_rounds([_round(f"D1:{i}", f"topic {i} kiwi" if i == 3 else f"topic {i}", "ok") for i in range(1, 6)])
-    result = index.as_retriever(round_level=False, k=3).retrieve_with_plan(VMemQueryBundle("kiwi"))
-    assert len(result.nodes) == 3
-    assert result.nodes[0].node.text == "topic 3 kiwi" and result.nodes[0].node.metadata["role"] == "user"
+    index.add_rounds([_round("D1:1", "kiwi", "kiwi!"), _round("D1:2", "I had a kiwi with lunch", "nice"),
+                      _round("D1:3", "a salad of kiwi, mango and mint leaves", "fresh")]
+                     + [_round(f"D1:{i}", f"topic {i}", "ok") for i in range(4, 8)])
+    result = index.as_retriever(round_level=False, k=2).retrieve_with_plan(VMemQueryBundle("kiwi"))
+    rounds = [n.node.metadata["round_key"] for n in result.nodes]
+    assert sorted(rounds) == ["D1:1", "D1:1", "D1:2"]  # k counts rounds: both spans of D1:1 come back
+    assert all("kiwi" in n.node.text and n.node.metadata["role"] in ("user", "assistant") for n in result.nodes)
     assert "unit_ids" not in result.nodes[0].node.metadata
