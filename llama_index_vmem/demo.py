@@ -20,7 +20,8 @@ from . import VMemIndex, VMemQueryBundle
 from .postprocessor import NeighborRoundPostprocessor
 
 
-def _photos() -> Path:
+def photos_dir() -> Path:
+    """The sample photos scikit-image installs with itself (real photos, no download)."""
     import skimage
 
     return Path(skimage.__file__).parent / "data"
@@ -53,7 +54,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--path", help="memory directory (default: a temporary one)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    photos = _photos()
+    photos = photos_dir()
     work = Path(tempfile.mkdtemp(prefix="vmem-demo-"))
     crop = work / "cat-crop.png"
     with Image.open(photos / "chelsea.png") as im:
