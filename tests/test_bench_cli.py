@@ -321,3 +321,22 @@ def test_stock_multimodal_merges_text_and_image_hits_keeping_each_nodes_first_pl
 
     merged = StockSystem("stock-multimodal", None, None)._hits(Retriever(), QueryBundle("q", image_path="q.png"))
     assert [h.node.node_id for h in merged] == ["A", "C", "B"], "alternating text and image ranks; A keeps its first place"
+
+
+def test_any_llamaindex_llm_class_can_be_named_with_its_arguments():
+    from llama_index.core.llms import MockLLM
+
+    llm = cli.load_llm("llama_index.core.llms.mock:MockLLM", '{"max_tokens": 7}')
+    assert isinstance(llm, MockLLM) and llm.max_tokens == 7
+    assert cli.load_llm(None) is None
+
+
+@pytest.mark.parametrize("spec, kwargs, says", [
+    ("json.decoder:JSONDecoder", None, "is not a LlamaIndex LLM class"),
+    ("llama_index.llms.no_such_provider:Model", None, "install the package"),
+    ("llama_index.core.llms.mock:MockLLM", "{max_tokens: 7", "--llm-kwargs is not JSON"),
+    ("claude", None, "unknown --llm 'claude'"),
+])
+def test_an_llm_that_cannot_be_built_is_refused_by_name(spec, kwargs, says):
+    with pytest.raises(SystemExit, match=says):
+        cli.load_llm(spec, kwargs)

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
@@ -32,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="vmem rungs to run: comma list of vanilla,routing,rounds,anchors or 'ladder' (anchors is 'vmem')")
         b.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"comma list (default {DEFAULT_SYSTEMS})")
         b.add_argument("--image-root", type=Path, help="where the images live when not next to the JSON")
-        b.add_argument("--llm", help="anchors and answers: openai:MODEL or openai-like:MODEL@BASE_URL")
+        b.add_argument("--llm", help="anchors and answers: openai:MODEL, openai-like:MODEL@BASE_URL or package.module:Class")
+        b.add_argument("--llm-kwargs", help='JSON arguments for the LLM, e.g. \'{"model": "qwen2.5vl:7b"}\'')
         b.add_argument("--qa", action="store_true", help="also answer and judge every question (needs --llm)")
         b.add_argument("--judge-prompt", type=Path, help="Mem-Gallery judge prompt file (llm_judge.txt)")
         b.add_argument("--limit", type=int, help="first N questions per conversation (quick runs)")
@@ -51,21 +53,37 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_llm(spec: Optional[str]):
-    """``openai:gpt-4o-mini`` or ``openai-like:MODEL@http://host:port/v1`` (needs llama-index-llms-openai)."""
+def load_llm(spec: Optional[str], kwargs: Optional[str] = None):
+    """Any LlamaIndex LLM: ``openai:MODEL``, ``openai-like:MODEL@BASE_URL`` (llama-index-llms-openai,
+    -openai-like), or a class by import path, ``package.module:Class``, built with ``kwargs`` (JSON)."""
     if not spec:
         return None
+    try:
+        options = json.loads(kwargs) if kwargs else {}
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"--llm-kwargs is not JSON: {e}") from None
     kind, _, rest = spec.partition(":")
     if kind == "openai":
-        from llama_index.llms.openai import OpenAI
-
-        return OpenAI(model=rest, temperature=0)
+        return _llm_class("llama_index.llms.openai", "OpenAI")(**{"model": rest, "temperature": 0, **options})
     if kind == "openai-like":
-        from llama_index.llms.openai_like import OpenAILike
-
         model, _, base = rest.partition("@")
-        return OpenAILike(model=model, api_base=base, is_chat_model=True, temperature=0)
-    raise SystemExit(f"unknown --llm {spec!r}: use openai:MODEL or openai-like:MODEL@BASE_URL")
+        return _llm_class("llama_index.llms.openai_like", "OpenAILike")(
+            **{"model": model, "api_base": base, "is_chat_model": True, "temperature": 0, **options})
+    if "." in kind and rest:
+        return _llm_class(kind, rest)(**options)
+    raise SystemExit(f"unknown --llm {spec!r}: use openai:MODEL, openai-like:MODEL@BASE_URL or package.module:Class")
+
+
+def _llm_class(module: str, name: str) -> type:
+    from llama_index.core.llms import LLM
+
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError as e:
+        raise SystemExit(f"--llm {module}:{name}: {e} (install the package that provides it)") from None
+    if not (isinstance(found, type) and issubclass(found, LLM)):
+        raise SystemExit(f"--llm {module}:{name} is not a LlamaIndex LLM class")
+    return found
 
 
 def main(argv: Optional[List[str]] = None, llm=None) -> int:
@@ -87,7 +105,7 @@ def main(argv: Optional[List[str]] = None, llm=None) -> int:
     if args.limit:
         for c in conversations:
             c.questions = c.questions[: args.limit]
-    llm = llm or load_llm(args.llm)
+    llm = llm or load_llm(args.llm, args.llm_kwargs)
     if args.qa and llm is None:
         raise SystemExit("--qa needs an LLM (--llm)")
     results = run_benchmark(args.command, conversations, k=args.k, systems=args.systems.split(","), rungs=args.config,
