@@ -274,12 +274,13 @@ class VMemIndex:
         """Link each session's first new round to that session's last stored round.
 
         Links stay within a session, so rounds of two sessions written in turn (or by two
-        threads at once) still chain their own conversation.
+        threads at once) still chain their own conversation; rounds outside any session form
+        one conversation of their own.
         """
         for p in parsed:
             if NodeRelationship.PREVIOUS in p.round_node.relationships:
                 continue
-            before = self.store.last_round(self.scope(session_id=p.session_id))
+            before = self.store.last_round(self.scope(session_id=p.session_id, sessionless=p.session_id is None))
             if before is not None:
                 p.round_node.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=before.id)
 

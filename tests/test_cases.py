@@ -250,6 +250,15 @@ def test_neighbours_stay_within_the_session(make_index):
     assert [n.node.metadata["rounds"] for n in blocks] == [["D1:1", "D1:2"], ["D2:1", "D2:2"]]
 
 
+def test_sessionless_rounds_chain_past_rounds_of_a_session_added_between_them(make_index):
+    index = make_index()
+    index.add_round(user="I bought a red kayak", assistant="fun")
+    index.add_round(user="work meeting about budgets", assistant="ok", session_id="W1")
+    index.add_round(user="I named it Paddles", assistant="cute")
+    blocks = index.as_query_engine(llm=_echo_llm(), k=1).retrieve(VMemQueryBundle("What did I name it, Paddles?"))
+    assert [n.node.metadata["rounds"] for n in blocks] == [["R1", "R3"]]
+
+
 def test_unit_level_ablation_returns_bare_units_spanning_k_rounds(make_index):
     index = make_index()
     index.add_rounds([_round("D1:1", "kiwi", "kiwi!"), _round("D1:2", "I had a kiwi with lunch", "nice"),

@@ -34,6 +34,8 @@ class Scope:
     seqs: Optional[Tuple[int, ...]] = None
     seq_range: Optional[Tuple[int, int]] = None
     session_id: Optional[str] = None
+    #: Only points outside any session: the conversation a sessionless round belongs to.
+    sessionless: bool = False
     #: Rounds whose previous round is one of these (the rounds that follow them).
     prev_round_ids: Optional[Tuple[str, ...]] = None
 
@@ -48,7 +50,7 @@ class Scope:
 
 
 def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
-    """The scope as backend-neutral ``(key, "eq" | "any" | "range", value)`` conditions, all required.
+    """The scope as backend-neutral ``(key, "eq" | "any" | "range" | "empty", value)`` conditions, all required.
 
     The memory condition is always first: this is the one place tenant scoping is decided.
     """
@@ -59,6 +61,8 @@ def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
         out.append((schema.SEQ, "any", list(scope.seqs)))
     if scope.session_id is not None:
         out.append((schema.SESSION_ID, "eq", scope.session_id))
+    if scope.sessionless:
+        out.append((schema.SESSION_ID, "empty", None))
     if scope.seq_range is not None:
         out.append((schema.SEQ, "range", scope.seq_range))
     if scope.prev_round_ids is not None:

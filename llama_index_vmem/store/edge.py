@@ -11,7 +11,7 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import qdrant_edge as qe
 
@@ -149,7 +149,9 @@ def _vector(v: Vector) -> Any:
 
 
 def _filter(scope: Scope) -> qe.Filter:
-    def condition(key: str, kind: str, value: Any) -> qe.FieldCondition:
+    def condition(key: str, kind: str, value: Any) -> Union[qe.FieldCondition, qe.IsEmptyCondition]:
+        if kind == "empty":
+            return qe.IsEmptyCondition(key=key)
         if kind == "range":
             return qe.FieldCondition(key=key, range=qe.RangeFloat(gte=value[0], lte=value[1]))
         return qe.FieldCondition(key=key, match=qe.MatchAny(value) if kind == "any" else qe.MatchValue(value))

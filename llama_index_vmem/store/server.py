@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 from qdrant_client import QdrantClient, models
 from qdrant_client.local.qdrant_local import QdrantLocal
@@ -176,7 +176,9 @@ def _vector(v: Vector) -> Any:
 
 
 def _filter(scope: Scope) -> models.Filter:
-    def condition(key: str, kind: str, value: Any) -> models.FieldCondition:
+    def condition(key: str, kind: str, value: Any) -> Union[models.FieldCondition, models.IsEmptyCondition]:
+        if kind == "empty":
+            return models.IsEmptyCondition(is_empty=models.PayloadField(key=key))
         if kind == "range":
             return models.FieldCondition(key=key, range=models.Range(gte=value[0], lte=value[1]))
         match = models.MatchAny(any=value) if kind == "any" else models.MatchValue(value=value)
