@@ -71,9 +71,10 @@ class VMemIndex:
         owns_tempdir: Optional[tempfile.TemporaryDirectory] = None,
         region_tiles: bool = False,
     ) -> None:
+        self._closed = False
         try:
             _check_memory_id(memory_id)
-            self.store = store
+            self._store = store
             self.memory_id = memory_id
             self.embed_model = embed_model
             self.image_encoder = image_encoder
@@ -90,7 +91,6 @@ class VMemIndex:
             self.attached_dir = self.image_dir / "attached"
             self._parser = RoundNodeParser(memory_id=memory_id, image_dir=str(self.image_dir), transcriber=transcriber)
             self._tempdir = owns_tempdir
-            self._closed = False
             self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
             store.ensure_collections(self._dims(), self.manifest())
             with _write_lock(store, memory_id):
@@ -99,6 +99,14 @@ class VMemIndex:
         except BaseException:
             store.close()  # a memory that fails to open (refused, bad id, a failed sweep) must not hold the shared store open
             raise
+
+    @property
+    def store(self) -> LaneStore:
+        """The lane store. A closed handle refuses here, by name, rather than failing deep in a
+        backend or, while another handle keeps the store open, quietly working on."""
+        if self._closed:
+            raise VMemInputError(f"memory {self.memory_id!r}", "this handle is closed; open the memory again")
+        return self._store
 
     @classmethod
     def from_defaults(
@@ -514,7 +522,7 @@ class VMemIndex:
         if self._closed:
             return
         self._closed = True
-        self.store.close()
+        self._store.close()
         if self._tempdir is not None:
             self._tempdir.cleanup()
             self._tempdir = None

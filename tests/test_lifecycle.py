@@ -350,3 +350,18 @@ def test_nul_in_ids_and_non_dates_are_refused_or_ignored(open_memory, photos):
                       {"round_key": "R2", "user": "hello", "timestamp": "2024-06-12"}])
     assert index.forget(since="2024-06-01", until="2024-07-01") == 1
     assert [r.round.metadata["round_key"] for r in index.rounds()] == ["R1"]
+
+
+def test_a_closed_handle_refuses_by_name_while_another_keeps_the_memory(open_memory):
+    first, second = open_memory("u1"), open_memory("u1")
+    first.add_round(user="kiwi smoothie", assistant="ok")
+    first.close()
+    first.close()  # twice is fine
+    for call in (lambda: first.as_retriever().retrieve("kiwi"), lambda: len(first),
+                 lambda: first.add_round(user="more", assistant="ok")):
+        with pytest.raises(VMemInputError, match="memory 'u1'.*closed"):
+            call()
+    assert len(second) == 1 and second.as_retriever().retrieve("kiwi")[0].node.text.startswith("User: kiwi smoothie")
+    second.close()
+    with pytest.raises(VMemInputError, match="memory 'u1'.*closed"):
+        second.as_retriever().retrieve("kiwi")
