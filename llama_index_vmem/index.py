@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from llama_index.core import Settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.embeddings.multi_modal_base import MultiModalEmbedding
@@ -483,20 +484,28 @@ class VMemIndex:
     # -- LlamaIndex conventions ---------------------------------------------------------------
 
     def as_retriever(self, **kwargs: Any) -> "VMemRetriever":
-        """``VMemConfig`` fields (``k=5``) override this index's config for this retriever."""
+        """``VMemConfig`` fields (``k=5``) override this index's config for this retriever;
+        ``similarity_top_k``, LlamaIndex's name for it, sets ``k``."""
         from .retriever import VMemRetriever
 
+        if "similarity_top_k" in kwargs:
+            top_k = kwargs.pop("similarity_top_k")
+            if kwargs.get("k", top_k) != top_k:
+                raise VMemInputError("similarity_top_k", f"is another name for k; got k={kwargs['k']} and similarity_top_k={top_k}")
+            kwargs["k"] = top_k
         config_fields = set(VMemConfig.__dataclass_fields__)
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in config_fields}
         kwargs.setdefault("llm", self.llm)
         return VMemRetriever(self, config=self.config.override(**overrides), **kwargs)
 
     def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> "VMemQueryEngine":
+        """Answers with ``llm``, else this index's, else ``Settings.llm`` (as stock engines do); the
+        same LLM writes the retriever's anchors."""
         from .query_engine import VMemQueryEngine
 
-        llm = llm or self.llm
+        llm = llm or self.llm or _settings_llm()
         engine_keys = {"answer_prompt", "conflict_prompt", "image_note_prompt", "image_note_matched_prompt", "delivery",
-                       "image_budget"}
+                       "image_budget", "streaming"}
         engine_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in engine_keys}
         return VMemQueryEngine(retriever=self.as_retriever(llm=llm, **kwargs), llm=llm, **engine_kwargs)
 
@@ -532,6 +541,14 @@ class VMemIndex:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _settings_llm() -> LLM:
+    """LlamaIndex's global LLM; unset, LlamaIndex reaches for OpenAI, so say what is missing."""
+    try:
+        return Settings.llm
+    except (ImportError, ValueError) as e:
+        raise ValueError(f"a query or chat engine needs an LLM: pass llm=, or set Settings.llm ({e})") from None
 
 
 def _check_memory_id(memory_id: Any) -> None:

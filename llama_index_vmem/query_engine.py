@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, AsyncGenerator, Dict, Generator, List, Optional, Union
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
-from llama_index.core.base.response.schema import Response
+from llama_index.core.base.llms.types import ChatResponse
+from llama_index.core.base.response.schema import AsyncStreamingResponse, Response, StreamingResponse
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
@@ -51,12 +52,14 @@ class VMemQueryEngine(BaseQueryEngine):
         image_note_matched_prompt: Optional[BasePromptTemplate] = None,
         delivery: Optional[str] = None,
         image_budget: Optional[ImageBudget] = None,
+        streaming: bool = False,
     ) -> None:
         super().__init__(callback_manager=retriever.callback_manager)
         if llm is None:
             raise ValueError("as_query_engine needs an llm (any LlamaIndex LLM)")
         self.retriever = retriever
         self.llm = llm
+        self.streaming = streaming
         self.postprocessor = NeighborRoundPostprocessor(retriever._index)
         self.deliverer = Deliverer(retriever._index, DeliveryMode(delivery) if delivery else default_mode(llm), image_budget)
         self._prompts = {
@@ -119,13 +122,29 @@ class VMemQueryEngine(BaseQueryEngine):
             },
         )
 
-    def _query(self, query_bundle: QueryBundle) -> Response:
+    def _query(self, query_bundle: QueryBundle) -> Union[Response, StreamingResponse]:
         request = self.prepare(query_bundle)
+        if self.streaming:
+            return StreamingResponse(_deltas(self.llm.stream_chat([request.message])), source_nodes=request.nodes,
+                                     metadata=request.metadata)
         answer = self.llm.chat([request.message]).message.content or ""
         return Response(response=answer.strip(), source_nodes=request.nodes, metadata=request.metadata)
 
-    async def _aquery(self, query_bundle: QueryBundle) -> Response:
-        return await asyncio.to_thread(self._query, query_bundle)
+    async def _aquery(self, query_bundle: QueryBundle) -> Union[Response, AsyncStreamingResponse]:
+        if not self.streaming:
+            return await asyncio.to_thread(self._query, query_bundle)
+        request = await asyncio.to_thread(self.prepare, query_bundle)
+        stream = await self.llm.astream_chat([request.message])
+        return AsyncStreamingResponse(_adeltas(stream), source_nodes=request.nodes, metadata=request.metadata)
+
+
+def _deltas(stream: Generator[ChatResponse, None, None]) -> Generator[str, None, None]:
+    return (chunk.delta or "" for chunk in stream)
+
+
+async def _adeltas(stream: AsyncGenerator[ChatResponse, None]) -> AsyncGenerator[str, None]:
+    async for chunk in stream:
+        yield chunk.delta or ""
 
 
 def _merge_text(blocks: List[ContentBlock]) -> List[ContentBlock]:

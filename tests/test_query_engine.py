@@ -2,9 +2,10 @@
 
 import asyncio
 
+import pytest
 from llama_index.core.prompts import PromptTemplate
 
-from llama_index_vmem import VMemQueryBundle
+from llama_index_vmem import VMemInputError, VMemQueryBundle
 from llama_index_vmem.prompts import ANSWER_PROMPT
 
 
@@ -119,6 +120,28 @@ def test_config_overrides_per_index_and_per_query(make_index, photos):
     assert len(retriever.retrieve("tea")) == 2
     assert len(retriever.retrieve_with_plan("tea", k=4).nodes) == 4
     assert len(index.as_retriever(k=3).retrieve("tea")) == 3
+    assert len(index.as_retriever(similarity_top_k=3).retrieve("tea")) == 3  # LlamaIndex's name for k
+    with pytest.raises(VMemInputError, match="similarity_top_k"):
+        index.as_retriever(k=2, similarity_top_k=3)
+
+
+def test_streaming_query_engine_streams_the_answer_sync_and_async(make_index, photos):
+    from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
+    from llama_index.core.llms import MockLLM
+
+    engine = _memory(make_index, photos).as_query_engine(llm=MockLLM(), streaming=True)  # MockLLM streams the prompt back
+    response = engine.query("Where did I move?")
+    assert isinstance(response, StreamingResponse) and response.metadata["case"] == "text->text"
+    streamed = "".join(response.response_gen)
+    assert "QUESTION: Where did I move?" in streamed and "I moved to Lisbon." in streamed
+    assert ["D2:1"] in [n.node.metadata["rounds"] for n in response.source_nodes]
+
+    async def run():
+        response = await engine.aquery("Where did I move?")
+        return response, "".join([t async for t in response.async_response_gen()])
+
+    response, streamed_async = asyncio.run(run())
+    assert isinstance(response, AsyncStreamingResponse) and streamed_async == streamed
 
 
 def test_a_retrieval_says_how_long_the_llm_took_for_its_anchors(make_index, photos, scripted_llm):
@@ -140,3 +163,15 @@ def test_a_retrieval_says_how_long_the_llm_took_for_its_anchors(make_index, phot
     assert sorted(a.seconds > 0 for a in timed.anchors.values()) == [False, True]
     untimed = index.as_retriever().retrieve_with_plan(question)
     assert untimed.anchor_seconds == 0.0
+
+
+def test_engines_fall_back_to_settings_llm_as_stock_engines_do(make_index, photos, scripted_llm, monkeypatch):
+    from llama_index.core import Settings
+
+    index = _memory(make_index, photos)
+    with pytest.raises(ValueError, match="pass llm=, or set Settings.llm"):
+        index.as_query_engine()
+    monkeypatch.setattr(Settings, "_llm", scripted_llm(default="Lisbon"))  # as `Settings.llm = ...` sets it
+    assert str(index.as_query_engine().query("Where did I move?")) == "Lisbon"
+    assert str(index.as_chat_engine().chat("Where did I move?")) == "Lisbon"
+    assert "I moved to Lisbon." in Settings.llm.prompts[-1]
