@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import io
 import logging
 import tempfile
@@ -495,6 +496,11 @@ class VMemIndex:
             kwargs["k"] = top_k
         config_fields = set(VMemConfig.__dataclass_fields__)
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in config_fields}
+        options = set(inspect.signature(VMemRetriever.__init__).parameters) - {"self", "index", "config"}
+        unknown = sorted(set(kwargs) - options)
+        if unknown:  # say what is accepted: engines pass their unknown options down to here
+            raise TypeError(f"unsupported option(s) {unknown}; a V-Mem retriever takes VMemConfig fields "
+                            f"({', '.join(sorted(config_fields))}) and {', '.join(sorted(options))}")
         kwargs.setdefault("llm", self.llm)
         return VMemRetriever(self, config=self.config.override(**overrides), **kwargs)
 

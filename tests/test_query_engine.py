@@ -112,6 +112,8 @@ def test_caption_keywords_are_distinct_content_words_in_order():
 
 
 def test_config_overrides_per_index_and_per_query(make_index, photos):
+    from llama_index.core.llms import MockLLM
+
     from llama_index_vmem import VMemConfig
 
     index = make_index(config=VMemConfig(k=2))
@@ -123,6 +125,8 @@ def test_config_overrides_per_index_and_per_query(make_index, photos):
     assert len(index.as_retriever(similarity_top_k=3).retrieve("tea")) == 3  # LlamaIndex's name for k
     with pytest.raises(VMemInputError, match="similarity_top_k"):
         index.as_retriever(k=2, similarity_top_k=3)
+    with pytest.raises(TypeError, match=r"unsupported option\(s\) \['response_mode'\].*neighbor_window"):
+        index.as_query_engine(llm=MockLLM(), response_mode="compact")
 
 
 def test_streaming_query_engine_streams_the_answer_sync_and_async(make_index, photos):
