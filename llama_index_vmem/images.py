@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 import re
+import stat
 import urllib.parse
 import urllib.request
 import uuid
@@ -100,10 +101,16 @@ def _read_file(item: str, path: Path, fence: Optional[Fence]) -> bytes:
     if fence is not None:
         fence.check(item, path)
     try:
-        size = path.stat().st_size
-        if size > MAX_IMAGE_BYTES:
-            raise VMemInputError(item, f"{path} is {size} bytes, over the {MAX_IMAGE_BYTES} limit")
-        return path.read_bytes()
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):  # a device or pipe reports no size and may never end
+            raise VMemInputError(item, f"{path} is not a regular file")
+        if info.st_size > MAX_IMAGE_BYTES:
+            raise VMemInputError(item, f"{path} is {info.st_size} bytes, over the {MAX_IMAGE_BYTES} limit")
+        with path.open("rb") as f:
+            raw = f.read(MAX_IMAGE_BYTES + 1)  # a file that grew since stat is still capped
+        if len(raw) > MAX_IMAGE_BYTES:
+            raise VMemInputError(item, f"{path} is over the {MAX_IMAGE_BYTES}-byte limit")
+        return raw
     except VMemInputError:
         raise
     except FileNotFoundError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -120,7 +121,10 @@ def _truncated_png(photos) -> bytes:
 #: kind -> (how to build the image source in tmp_path, words the error must contain)
 BAD_IMAGES: Dict[str, Tuple[Callable[[Path, Dict[str, Path]], Dict[str, Any]], str]] = {
     "missing_file": (lambda d, ph: {"path": str(d / "no-such-photo.png")}, "not found"),
-    "directory_as_path": (lambda d, ph: {"path": str(_mkdir(d / "a-folder.png"))}, "cannot read"),
+    "directory_as_path": (lambda d, ph: {"path": str(_mkdir(d / "a-folder.png"))}, "not a regular file"),
+    "device_as_path": (lambda d, ph: {"path": "/dev/zero"}, "not a regular file"),  # reports size 0, never ends
+    "device_as_file_url": (lambda d, ph: {"url": "file:///dev/zero"}, "not a regular file"),
+    "fifo_as_path": (lambda d, ph: {"path": str(_fifo(d / "pipe.png"))}, "not a regular file"),  # would block the writer
     "truncated_png": (lambda d, ph: {"path": str(_write(d / "half.png", _truncated_png(ph)))}, "truncated"),
     "truncated_png_bytes": (lambda d, ph: {"bytes": _truncated_png(ph)}, "truncated"),
     "text_file_named_png": (lambda d, ph: {"path": str(_write(d / "notes.png", b"just some notes\n" * 20))},
@@ -135,6 +139,11 @@ BAD_IMAGES: Dict[str, Tuple[Callable[[Path, Dict[str, Path]], Dict[str, Any]], s
     "two_sources": (lambda d, ph: {"path": str(ph["horse"]), "url": "https://example.com/h.png"},
                     "exactly one of path, bytes or url"),
 }
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
 
 
 def _write(path: Path, data: bytes) -> Path:
