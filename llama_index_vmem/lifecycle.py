@@ -37,6 +37,8 @@ Relink = Tuple[PointData, PointData]
 #: Folder, inside a memory's image folder, where ``forget`` moves files before deleting them.
 TRASH_PREFIX = ".forgetting-"
 _YEAR = re.compile(r"(?<!\d)\d{4}(?!\d)")
+#: What a partial date is filled in with: the start of the period it names.
+_PERIOD_START = datetime(2000, 1, 1)
 
 
 @dataclass
@@ -191,14 +193,17 @@ def _as_time(name: str, value: TimeLike) -> datetime:
 
 
 def _read_time(value: object) -> Optional[datetime]:
-    """A naive datetime (a date means its midnight), or None when ``value`` is not one."""
+    """A naive datetime (a date means its midnight), or None when ``value`` is not one.
+
+    What a string leaves out is its period's start ("2024" is 1 January 2024, "June 2024" is
+    1 June), not today's month or day, so ranges do not shift with the calendar."""
     if isinstance(value, datetime):
         return value.replace(tzinfo=None)
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day)
     if isinstance(value, str) and _YEAR.search(value):  # fuzzy parsing reads "Round 12" as a date
         try:
-            return dateparser.parse(value, fuzzy=True).replace(tzinfo=None)
+            return dateparser.parse(value, fuzzy=True, default=_PERIOD_START).replace(tzinfo=None)
         except (ValueError, OverflowError):
             return None
     return None

@@ -141,6 +141,17 @@ def test_forget_a_session_a_time_range_and_everything(open_memory, photos):
     assert [r.round.metadata["round_key"] for r in index.rounds()] == ["D1:1", "D1:2"]
 
 
+def test_a_partial_date_means_the_start_of_its_period_whatever_the_day(open_memory):
+    index = open_memory()
+    index.add_rounds([{"user": "spring", "assistant": "ok", "session_id": "A", "timestamp": "2024-03-15"},
+                      {"user": "summer", "assistant": "ok", "session_id": "B", "timestamp": "June 2024"},
+                      {"user": "new year", "assistant": "ok", "session_id": "C", "timestamp": "2025-01-02"}])
+    keys = lambda **r: [x.round.metadata["round_key"] for x in index.rounds(**r)]  # noqa: E731
+    assert keys(since="2024", until="2025") == ["A:1", "B:1"]  # "2024" is 1 January, not today's month and day
+    assert keys(since="June 2024") == ["B:1", "C:1"] and keys(until="June 2024") == ["A:1"]
+    assert index.forget(since="2024", until="2025") == 2 and keys() == ["C:1"]
+
+
 def test_forget_needs_a_filter_and_names_bad_ones(open_memory, photos):
     index = open_memory()
     index.add_rounds(_conversation(photos))
