@@ -36,7 +36,7 @@ from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
 from .fusion import seqs_within
 from .lifecycle import Selection, StoredRound, TimeLike
-from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_utf8, default_round_key, is_utf8, round_input_from_dict
+from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_utf8, default_round_key, is_utf8, last_default_number, round_input_from_dict
 from .store import Collection, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
 
 if TYPE_CHECKING:
@@ -305,24 +305,27 @@ class VMemIndex:
             self.store.delete(collection, self.scope(seq_range=(last + 1, 2**62)))
 
     def _with_default_keys(self, inputs: List[RoundInput], first_seq: int) -> List[RoundInput]:
-        """Give each round without a key the next free default: numbered within its session
-        (``D2:1``, ``D2:2``, ...) or by sequence outside one (``R17``), moved past every key this
-        memory holds or this call gives, so a default never collides with a key a caller chose."""
+        """Give each round without a key the next free default: numbered within its session past
+        the highest number it holds (``D2:1``, ``D2:2``, ...; so a gap a forget left is not filled
+        out of order) or by sequence outside one (``R17``), moved past every key this memory holds
+        or this call gives, so a default never collides with a key a caller chose."""
         taken = {r.round_key for r in inputs if r.round_key is not None}
-        loaded_sessions: set = set()
+        next_in_session: Dict[str, int] = {}
         keys: Dict[int, str] = {}
         pending = [i for i, r in enumerate(inputs) if r.round_key is None]
         while pending:  # a default taken by a round of another session moves on, and is checked again
             for i in pending:
                 session = inputs[i].session_id
-                if session is not None and session not in loaded_sessions:
-                    loaded_sessions.add(session)
+                if session is not None and session not in next_in_session:
                     taken.update(h.payload[schema.ROUND_KEY] for h in self.store.scroll(Collection.ROUNDS, self.scope(session_id=session)))
-                n = 1 if session is not None else first_seq + i
+                    next_in_session[session] = last_default_number(session, taken) + 1
+                n = next_in_session[session] if session is not None else first_seq + i
                 while default_round_key(session, n) in taken:
                     n += 1
                 keys[i] = default_round_key(session, n)
                 taken.add(keys[i])
+                if session is not None:
+                    next_in_session[session] = n + 1
             stored = self._stored_keys([keys[i] for i in pending])
             pending = [i for i in pending if keys[i] in stored]
         return [replace(r, round_key=keys[i]) if i in keys else r for i, r in enumerate(inputs)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core.base.llms.types import AudioBlock, ChatMessage, ImageBlock, MessageRole, TextBlock
 from llama_index.core.node_parser.interface import NodeParser
@@ -83,6 +83,13 @@ def default_round_key(session_id: Optional[str], n: int) -> str:
     return f"{session_id}:{n}" if session_id else f"R{n}"
 
 
+def last_default_number(session_id: str, keys: Iterable[str]) -> int:
+    """The highest ``n`` of the keys in ``session_id``'s default form (``D2:n``), 0 for none."""
+    prefix = f"{session_id}:"
+    numbers = (key[len(prefix):] for key in keys if key.startswith(prefix))
+    return max((int(n) for n in numbers if n.isdigit()), default=0)
+
+
 def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
     """``{user, assistant, images: [{image_id, path|bytes|url, caption, role}], audio, session_id, timestamp, round_key}``.
 
@@ -90,8 +97,9 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
     """
     if not isinstance(data, Mapping):
         raise VMemInputError(item, f"a round must be a dict, got {type(data).__name__}")
-    if isinstance(data.get("round_key"), (str, int)) and not isinstance(data.get("round_key"), bool):
-        item = f"round {data['round_key']}"
+    key = data.get("round_key")
+    if isinstance(key, (str, int)) and not isinstance(key, bool) and str(key).strip():
+        item = f"round {key}"
     known = {"user", "assistant", "images", "audio", "session_id", "timestamp", "round_key"}
     unknown = set(data) - known
     if unknown:
@@ -134,19 +142,22 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
         assistant=data.get("assistant", ""),
         images=parsed_images,
         audio_transcripts=list(audio),
-        session_id=_opt_str(item, "session_id", data.get("session_id")),
+        session_id=_opt_str(item, "session_id", data.get("session_id"), empty_ok=False),
         timestamp=_opt_str(item, "timestamp", data.get("timestamp")),
-        round_key=_opt_str(item, "round_key", data.get("round_key")),
+        round_key=_opt_str(item, "round_key", data.get("round_key"), empty_ok=False),
     )
 
 
-def _opt_str(item: str, name: str, value: Any) -> Optional[str]:
+def _opt_str(item: str, name: str, value: Any, empty_ok: bool = True) -> Optional[str]:
+    """``value`` as a string, or None; an id (``empty_ok=False``) must also have a visible character."""
     if value is None:
         return None
     if not isinstance(value, (str, int)) or isinstance(value, bool):
         raise VMemInputError(item, f"'{name}' must be a string, got {type(value).__name__}")
     if "\x00" in str(value):  # ids are derived from keys joined by NUL
         raise VMemInputError(item, f"'{name}' must not contain NUL")
+    if not empty_ok and not str(value).strip():
+        raise VMemInputError(item, f"'{name}' must not be empty (leave it out for the default)")
     return str(value)
 
 
@@ -231,7 +242,7 @@ class RoundNodeParser(NodeParser):
         """
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise VMemInputError("messages", f"must be a list of ChatMessage, got {type(messages).__name__}")
-        session_id = _opt_str("messages", "session_id", session_id)
+        session_id = _opt_str("messages", "session_id", session_id, empty_ok=False)
         timestamp = _opt_str("messages", "timestamp", timestamp)
         rounds: List[RoundInput] = []
         awaiting_reply = False

@@ -382,13 +382,17 @@ def test_text_that_is_not_utf8(memory, call, item, field):
         (lambda m: m.add_round(user="x", session_id=[1]), "round 0", "'session_id' must be a string, got list"),
         (lambda m: m.add_round(user="x", timestamp=3.5), "round 0", "'timestamp' must be a string, got float"),
         (lambda m: m.add_round(user="x", round_key=True), "round 0", "'round_key' must be a string, got bool"),
+        (lambda m: m.add_round(user="x", round_key=""), "round 0", "'round_key' must not be empty"),
+        (lambda m: m.add_round(user="x", round_key="  "), "round 0", "'round_key' must not be empty"),
+        (lambda m: m.add_round(user="x", session_id=""), "round 0", "'session_id' must not be empty"),
+        (lambda m: m.add_messages([user("hi"), assistant("yo")], session_id=""), "messages", "'session_id' must not be empty"),
         (lambda m: m.add_rounds([{"user": "x", "audio": "a transcript"}]), "round 0", "'audio' must be a list"),
     ],
     ids=[
         "user_int", "assistant_list", "add_messages_str", "add_messages_single_message", "add_rounds_dict",
         "round_not_a_dict", "unknown_round_field", "message_not_a_ChatMessage", "images_str", "images_dict",
         "image_not_a_dict", "unknown_image_field", "session_id_list", "timestamp_float", "round_key_bool",
-        "audio_str_in_dict",
+        "round_key_empty", "round_key_blank", "session_id_empty", "add_messages_session_id_empty", "audio_str_in_dict",
     ],
 )
 def test_wrong_types(memory, call, item, words):
