@@ -22,6 +22,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from . import schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
+from .errors import VMemInputError
 from .fusion import Fused, rank_rounds, round_of, rrf, seqs_within, unit_of, units_covering
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
 from .store.base import Collection, Hit
@@ -111,6 +112,8 @@ class VMemRetriever(BaseRetriever):
         """Retrieve, returning the route plan and anchors too; ``VMemConfig`` fields override per query."""
         if isinstance(query_bundle, str):
             query_bundle = QueryBundle(query_bundle)
+        if not query_bundle.query_str.strip() and not query_bundle.image_path and not schema.query_image_caption(query_bundle):
+            raise VMemInputError("query", "is empty: ask with text, an image, or both")  # it would rank rounds at random
         plan = self.route(query_bundle, **overrides)
         anchors = {a: self._anchor(a, query_bundle, plan.config) for a in plan.anchors}
         eligible = self._eligible_seqs(plan)

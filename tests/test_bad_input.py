@@ -24,10 +24,11 @@ from llama_index.core.base.llms.types import (
     MessageRole,
     TextBlock,
 )
+from llama_index.core.llms import MockLLM
 from PIL import Image
 
 import llama_index_vmem.images as image_io
-from llama_index_vmem import VMemIndex, VMemInputError
+from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle
 from llama_index_vmem import schema
 
 COFFEE_ROUND = {
@@ -508,3 +509,18 @@ def test_memory_usable_after_rejected_call(memory, fresh_image, tmp_path):
     assert len(memory) == 3
     assert node.metadata[schema.SEQ] == 3
     assert len(list(memory.image_dir.rglob("*"))) == 2
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: m.as_retriever().retrieve(""),
+    lambda m: m.as_retriever().retrieve_with_plan(VMemQueryBundle("  \n")),
+    lambda m: m.as_query_engine(llm=MockLLM()).query(""),
+], ids=["retrieve", "retrieve_with_plan_blank", "query_engine"])
+def test_an_empty_query_is_refused_not_answered_with_random_rounds(memory, call):
+    err = rejected(memory, lambda: call(memory), item="query")
+    assert "is empty" in err.problem
+
+
+def test_a_query_of_an_image_alone_is_not_empty(memory, photos):
+    nodes = memory.as_retriever().retrieve(VMemQueryBundle("", image_path=str(photos["coffee"])))
+    assert nodes[0].node.metadata["round_key"] == "D1:1"
