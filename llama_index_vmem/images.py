@@ -13,6 +13,7 @@ import io
 import os
 import re
 import stat
+import threading
 import urllib.parse
 import urllib.request
 import uuid
@@ -20,7 +21,7 @@ import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, List, Optional, Union
+from typing import Callable, List, Optional, Set, Union
 
 from PIL import Image, UnidentifiedImageError
 
@@ -54,11 +55,17 @@ class LoadedImage:
         return f"{hashlib.sha256(self.data).hexdigest()}.{self.extension}"
 
 
+#: The image folder of every memory opened in this process, wherever its image root is.
+_MEMORY_FOLDERS: Set[Path] = set()
+_MEMORY_FOLDERS_GUARD = threading.Lock()
+
+
 @dataclass(frozen=True)
 class Fence:
-    """Memories of one store keep their images in sibling folders under ``root``; a memory may
-    read files anywhere except another memory's folder, so a crafted path cannot copy or deliver
-    another tenant's pictures."""
+    """A memory may read files anywhere except another memory's image folder, so a crafted path
+    cannot copy or deliver another tenant's pictures. Memories of one store keep their folders
+    side by side under ``root``; a memory opened in this process is fenced off wherever its
+    folder is (memories opened without a shared ``image_dir`` each get a folder of their own)."""
 
     root: Path
     own: Path
@@ -66,11 +73,15 @@ class Fence:
     @classmethod
     def around(cls, own: Path) -> "Fence":
         """A memory's folder sits in the store's image folder, beside the other memories'."""
+        with _MEMORY_FOLDERS_GUARD:
+            _MEMORY_FOLDERS.add(Path(own).resolve())
         return cls(Path(own).parent, Path(own))
 
     def check(self, item: str, path: Union[str, os.PathLike]) -> None:
-        resolved = Path(path).resolve()
-        if resolved.is_relative_to(self.root.resolve()) and not resolved.is_relative_to(self.own.resolve()):
+        resolved, own = Path(path).resolve(), self.own.resolve()
+        with _MEMORY_FOLDERS_GUARD:
+            fenced = [self.root.resolve(), *_MEMORY_FOLDERS]
+        if not resolved.is_relative_to(own) and any(resolved.is_relative_to(folder) for folder in fenced):
             raise VMemInputError(item, f"{path} is in another memory's image folder")
 
 

@@ -269,6 +269,20 @@ def test_an_image_path_into_another_memory_is_refused(open_memory, photos):
     _assert_unchanged(alice, before)
 
 
+def test_an_image_path_into_another_memory_is_refused_when_their_image_folders_differ(open_memory, photos, tmp_path):
+    alice, bob = open_memory("alice", image_dir=tmp_path / "alice-images"), open_memory("bob", image_dir=tmp_path / "bob-images")
+    bob.add_rounds(_conversation(photos)[:1])
+    bobs_picture = bob.rounds()[0].units[2].image_path
+    before = _snapshot(alice)
+    with pytest.raises(VMemInputError, match="another memory"):
+        alice.add_round(user="look", images=[{"image_id": "x", "path": bobs_picture}], session_id="S")
+    with pytest.raises(VMemInputError, match="another memory"):
+        alice.as_retriever().retrieve(VMemQueryBundle("Which photo?", image_path=bobs_picture))
+    _assert_unchanged(alice, before)
+    alice.add_round(user="mine", images=[{"image_id": "y", "path": str(photos["coffee"])}], session_id="S")
+    assert len(alice) == 1, "a picture outside every memory's folder is fine"
+
+
 def test_a_failed_file_move_puts_back_points_and_files(open_memory, photos, monkeypatch):
     index = open_memory()
     index.add_rounds(_conversation(photos))
