@@ -340,3 +340,62 @@ def test_any_llamaindex_llm_class_can_be_named_with_its_arguments():
 def test_an_llm_that_cannot_be_built_is_refused_by_name(spec, kwargs, says):
     with pytest.raises(SystemExit, match=says):
         cli.load_llm(spec, kwargs)
+
+
+def test_compare_names_an_unknown_system_or_metric(memgallery_run):
+    out, _, _ = memgallery_run
+    path = str(out / "results.json")
+    with pytest.raises(SystemExit, match="no system 'nosuch'.*stock-bm25"):
+        cli.main(["compare", path, path, "--system", "nosuch"])
+    with pytest.raises(SystemExit, match="unknown metric 'nosuch'.*context_evidence_recall"):
+        cli.main(["compare", path, path, "--metric", "nosuch"])
+    with pytest.raises(SystemExit, match="not a readable results file"):
+        cli.main(["compare", path, str(out / "missing.json")])
+
+
+@pytest.mark.parametrize("flag", [["--k", "0"], ["--k", "-1"], ["--limit", "0"]])
+def test_k_and_limit_must_be_positive(flag, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["memgallery", "x.json", *flag])
+    assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_what_would_fail_after_the_run_is_refused_before_it(tmp_path):
+    from llama_index.core.llms import MockLLM
+
+    dialog = str(sorted((DATA / "memgallery" / "dialog").glob("*.json"))[0])
+    with pytest.raises(SystemExit, match="needs its judge prompt"):
+        cli.main(["memgallery", dialog, "--qa"], llm=MockLLM())
+    with pytest.raises(SystemExit, match="no such file"):
+        cli.main(["memgallery", dialog, "--qa", "--judge-prompt", str(tmp_path / "nope.txt")], llm=MockLLM())
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(SystemExit, match="bad.json: not a readable memgallery file"):
+        cli.main(["memgallery", str(tmp_path / "bad.json")])
+    with pytest.raises(SystemExit, match="not a readable locomo file"):
+        cli.main(["locomo", dialog])
+
+
+def test_names_are_trimmed_and_given_once():
+    assert cli._names(" vmem, stock-bm25 ,vmem,, ") == ["vmem", "stock-bm25"]
+
+
+def test_a_run_without_vmem_scores_no_context_and_writes_into_new_folders(tmp_path):
+    dialog = str(sorted((DATA / "memgallery" / "dialog").glob("*.json"))[0])
+    out, report = tmp_path / "new" / "r.json", tmp_path / "other" / "r.md"
+    argv = ["memgallery", dialog, dialog, "--limit", "3", "--systems", "stock-bm25", "--out", str(out),
+            "--report", str(report), "--no-progress"]
+    assert cli.main(argv) == 0
+    results = json.loads(out.read_text())
+    assert results["context_budget_from"] is None and len(results["conversations"]) == 1, "the file is read once"
+    assert results["stock-bm25"]["overall"]["context_evidence_recall"] is None and results["stock-bm25"]["overall"]["n"] > 0
+    assert "no context is scored" in report.read_text() and report.with_suffix(".png").exists()
+
+
+def test_nothing_to_run_is_refused_by_reason():
+    from llama_index_vmem.bench.harness import rung_names
+
+    dialog = str(sorted((DATA / "memgallery" / "dialog").glob("*.json"))[0])
+    with pytest.raises(SystemExit, match="nothing to run: stock-multimodal skipped, no image has pixels"):
+        cli.main(["memgallery", dialog, "--limit", "1", "--systems", "stock-multimodal", "--no-progress"])
+    with pytest.raises(SystemExit, match="--config ','"):
+        rung_names(",")

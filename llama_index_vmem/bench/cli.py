@@ -22,22 +22,34 @@ logger = logging.getLogger("vmem_bench")
 DEFAULT_SYSTEMS = "vmem,stock-dense,stock-bm25,stock-fusion,stock-multimodal"
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _names(text: str) -> List[str]:
+    """A comma list, trimmed, each name once."""
+    return list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vmem-bench", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     for name in ("memgallery", "locomo"):
         b = sub.add_parser(name, help=f"run the {name} benchmark")
         b.add_argument("paths", nargs="+", type=Path)
-        b.add_argument("--k", type=int, default=10)
+        b.add_argument("--k", type=_positive, default=10)
         b.add_argument("--config", default="anchors",
                        help="vmem rungs to run: comma list of vanilla,routing,rounds,anchors or 'ladder' (anchors is 'vmem')")
-        b.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"comma list (default {DEFAULT_SYSTEMS})")
+        b.add_argument("--systems", type=_names, default=DEFAULT_SYSTEMS, help=f"comma list (default {DEFAULT_SYSTEMS})")
         b.add_argument("--image-root", type=Path, help="where the images live when not next to the JSON")
         b.add_argument("--llm", help="anchors and answers: openai:MODEL, openai-like:MODEL@BASE_URL or package.module:Class")
         b.add_argument("--llm-kwargs", help='JSON arguments for the LLM, e.g. \'{"model": "qwen2.5vl:7b"}\'')
         b.add_argument("--qa", action="store_true", help="also answer and judge every question (needs --llm)")
         b.add_argument("--judge-prompt", type=Path, help="Mem-Gallery judge prompt file (llm_judge.txt)")
-        b.add_argument("--limit", type=int, help="first N questions per conversation (quick runs)")
+        b.add_argument("--limit", type=_positive, help="first N questions per conversation (quick runs)")
         b.add_argument("--delivery", choices=("text", "pixels"), default="text",
                        help="how vmem's context is delivered (pixels: labelled images counted per question)")
         b.add_argument("--out", type=Path, default=Path("results.json"))
@@ -49,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--system", default="vmem")
     c.add_argument("--system-b", help="system in b (default: same as --system)")
     c.add_argument("--metric", default="hit", help="per-question metric: hit, recall, judge, f1, context_evidence_recall")
-    c.add_argument("--resamples", type=int, default=10_000)
+    c.add_argument("--resamples", type=_positive, default=10_000)
     return p
 
 
@@ -93,28 +105,58 @@ def main(argv: Optional[List[str]] = None, llm=None) -> int:
     if args.command == "compare":
         from .compare import compare
 
-        print(json.dumps(compare(json.loads(args.a.read_text()), json.loads(args.b.read_text()), args.system,
-                                 args.system_b or args.system, args.metric, args.resamples), indent=2))
+        print(json.dumps(compare(_read_json(args.a), _read_json(args.b), args.system, args.system_b or args.system,
+                                 args.metric, args.resamples), indent=2))
         return 0
     from .harness import run_benchmark
 
-    if args.command == "memgallery":
-        conversations = [load_memgallery(p, args.image_root) for p in args.paths]
-    else:
-        conversations = [c for p in args.paths for c in load_locomo(p)]
+    llm = llm or load_llm(args.llm, args.llm_kwargs)
+    _check_before_run(args, llm)
+    conversations = _load(args)
     if args.limit:
         for c in conversations:
             c.questions = c.questions[: args.limit]
-    llm = llm or load_llm(args.llm, args.llm_kwargs)
-    if args.qa and llm is None:
-        raise SystemExit("--qa needs an LLM (--llm)")
-    results = run_benchmark(args.command, conversations, k=args.k, systems=args.systems.split(","), rungs=args.config,
+    results = run_benchmark(args.command, conversations, k=args.k, systems=args.systems, rungs=args.config,
                             llm=llm, qa=args.qa, judge_prompt=args.judge_prompt, show_progress=not args.no_progress,
                             delivery=args.delivery)
     args.out.write_text(json.dumps(results, indent=2))
     report.write(results, args.report)
     print(report.markdown(results))
     return 0
+
+
+def _check_before_run(args: argparse.Namespace, llm) -> None:
+    """Everything that would otherwise fail only after the run, when its work is lost."""
+    if args.qa and llm is None:
+        raise SystemExit("--qa needs an LLM (--llm)")
+    if args.qa and args.command == "memgallery" and args.judge_prompt is None:
+        raise SystemExit("--qa on memgallery needs its judge prompt (--judge-prompt .../prompts/llm_judge.txt)")
+    if args.judge_prompt is not None and not args.judge_prompt.is_file():
+        raise SystemExit(f"--judge-prompt {args.judge_prompt}: no such file")
+    for target in (args.out, args.report):
+        target.parent.mkdir(parents=True, exist_ok=True)
+
+
+def _load(args: argparse.Namespace) -> list:
+    """Each file once, in the order given; a file that is not this benchmark's is named."""
+    paths = list(dict.fromkeys(p.resolve() for p in args.paths))
+    conversations = []
+    for path in paths:
+        try:
+            if args.command == "memgallery":
+                conversations.append(load_memgallery(path, args.image_root))
+            else:
+                conversations += load_locomo(path)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise SystemExit(f"{path}: not a readable {args.command} file ({type(e).__name__}: {e})") from None
+    return conversations
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{path}: not a readable results file ({type(e).__name__}: {e})") from None
 
 
 if __name__ == "__main__":

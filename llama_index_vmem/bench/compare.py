@@ -9,9 +9,16 @@ from .metrics import paired_bootstrap, retrieval_metrics, sign_flip_p
 
 def per_question(results: Dict[str, Any], system: str, metric: str) -> Dict[str, float]:
     """qid -> score; ``hit``/``recall``/``precision`` are recomputed at the file's K."""
+    names = sorted(n for n, v in results.items() if isinstance(v, dict) and "per_question" in v)
+    if system not in names:
+        raise SystemExit(f"no system {system!r} in the results file; it has {', '.join(names)}")
+    rows = results[system]["per_question"]
+    scores = sorted({key for row in rows for key, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    if metric not in ("hit", "recall", "precision", *scores):
+        raise SystemExit(f"unknown metric {metric!r}; {system} has hit, recall, precision, {', '.join(scores)}")
     k = results["k"]
     out = {}
-    for row in results[system]["per_question"]:
+    for row in rows:
         if metric in ("hit", "recall", "precision"):
             if row["gold"]:
                 out[row["qid"]] = retrieval_metrics(row["retrieved"], row["gold"], k)[metric]

@@ -26,10 +26,10 @@ BENCHMARK_CONFIGS = {"memgallery": VMemConfig(aggregation_enabled=False), "locom
 
 
 def rung_names(spec: str) -> List[str]:
-    rungs = list(RUNGS) if spec == "ladder" else [r.strip() for r in spec.split(",") if r.strip()]
+    rungs = list(RUNGS) if spec == "ladder" else list(dict.fromkeys(r.strip() for r in spec.split(",") if r.strip()))
     unknown = set(rungs) - set(RUNGS)
-    if unknown:
-        raise SystemExit(f"unknown --config rung(s) {sorted(unknown)}; choose from {list(RUNGS)} or 'ladder'")
+    if unknown or not rungs:
+        raise SystemExit(f"--config {spec!r}: choose rungs from {list(RUNGS)} (comma list) or 'ladder'")
     return rungs
 
 
@@ -70,6 +70,9 @@ def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[s
             skipped[name] = "no image has pixels in this data (caption mode)"
             continue
         out.append(WorkerSystem(name, functools.partial(stock_system, name, vmem_embed.model_name)))
+    if not out:
+        build.close()
+        raise SystemExit(f"nothing to run: {'; '.join(f'{n} skipped, {why}' for n, why in skipped.items()) or 'no systems given'}")
     return out, skipped, build
 
 
@@ -84,9 +87,11 @@ def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k:
     names = rung_names(rungs)
     config = BENCHMARK_CONFIGS.get(benchmark, VMemConfig())
     config = config.override(k=max(config.k, k))  # rankings are cut at K: vmem returns at least K rounds, as stock does
+    if "vmem" not in systems and rungs != "anchors":
+        logger.warning("--config %s applies to vmem, which is not among the systems", rungs)
     made, skipped, build = make_systems(conversations, systems, names, llm, delivery, config)
     vmem_names = [s.name for s in made if isinstance(s, VMemSystem)]
-    budget = "vmem" if "vmem" in vmem_names else (vmem_names or [made[0].name])[0]
+    budget = "vmem" if "vmem" in vmem_names else next(iter(vmem_names), None)
     try:
         runs = run(conversations, made, budget_system=budget, show_progress=show_progress)
     finally:

@@ -17,6 +17,7 @@ CONTEXT_LEGEND = (
     "context_evidence_recall_rounds: the same with stock contexts of whole rounds, rendered as vmem renders a round "
     "(equal granularity)."
 )
+NO_CONTEXT_LEGEND = "No vmem system ran, so no context is scored: stock contexts are filled to vmem's token count."
 COST_LEGEND = (
     "query_ms: everything a system does to rank (for vmem: search, fusion and neighbour blocks); "
     "query_ms_with_anchors (with an LLM): plus the time the LLM took to write anchors. "
@@ -47,7 +48,8 @@ def markdown(results: Dict[str, Any], chart: str = "") -> str:
         present = [m for m in keys if any(m in results[n]["overall"] for n in names)]
         return _table(["system", *present], [[n, *[results[n]["overall"].get(m) for m in present]] for n in names])
 
-    parts += ["## Retrieval and context (overall)", "", overall(QUALITY), "", CONTEXT_LEGEND, "",
+    legend = CONTEXT_LEGEND if results.get("context_budget_from") else NO_CONTEXT_LEGEND
+    parts += ["## Retrieval and context (overall)", "", overall(QUALITY), "", legend, "",
               "## Cost", "", overall(COST), "", COST_LEGEND, ""]
     if any(m in results[n]["overall"] for m in QA for n in names):
         parts += ["## End-to-end QA", "", overall(QA), ""]
@@ -68,7 +70,7 @@ def bar_chart(results: Dict[str, Any], path: Path, metric: str = "hit@k") -> Non
     import matplotlib.pyplot as plt
 
     names = system_names(results)
-    categories = sorted({c for n in names for c in results[n]["per_category"]})
+    categories = sorted({c for n in names for c, block in results[n]["per_category"].items() if block.get("n")})  # scored only
     width = 0.8 / max(1, len(names))
     fig, ax = plt.subplots(figsize=(max(6, len(categories) * 1.2), 4))
     for i, name in enumerate(names):

@@ -77,21 +77,24 @@ def gold_ids(conv: BenchConversation, keys: Sequence[str]) -> List[str]:
     return conv.turn_ids(list(keys))
 
 
-def run(conversations: Sequence[BenchConversation], systems: Sequence[BenchSystem], budget_system: str,
+def run(conversations: Sequence[BenchConversation], systems: Sequence[BenchSystem], budget_system: Optional[str],
         show_progress: bool = True) -> Dict[str, SystemRun]:
-    """Build and query every system; rows keep per-question outcomes for scoring and ``compare``."""
+    """Build and query every system; rows keep per-question outcomes for scoring and ``compare``.
+
+    Stock contexts are filled to ``budget_system``'s token count per question; with none (no
+    vmem system ran) there is no equal-token comparison, so no context is scored."""
     runs = {s.name: SystemRun(s.name) for s in systems}
     ordered = sorted(systems, key=lambda s: s.name != budget_system)
     with PeakRSS() as build_rss:
         _build(conversations, ordered, runs, show_progress)
     total = sum(len(c.questions) for c in conversations)
     for system in ordered:
-        budgets = {r["qid"]: r["context_tokens"] for r in runs[budget_system].rows} if system.name != budget_system else {}
+        budgets = {r["qid"]: r["context_tokens"] for r in runs[budget_system].rows} if budget_system not in (None, system.name) else {}
         with PeakRSS() as rss, tqdm(total=total, desc=system.name, disable=not show_progress) as bar:
             for conv in conversations:
                 for q in conv.questions:
                     outcome = system.query(conv, q, budgets.get(q.qid))
-                    runs[system.name].rows.append(_row(conv, q, outcome))
+                    runs[system.name].rows.append(_row(conv, q, outcome, scored_context=budget_system is not None))
                     bar.update()
         runs[system.name].peak_rss_mb = system.peak_rss_mb() or max(build_rss.peak_mb, rss.peak_mb)
     return runs
@@ -116,15 +119,16 @@ def _build(conversations: Sequence[BenchConversation], systems: Sequence[BenchSy
         logger.info("%s: built %d units in %.1fs", system.name, run_.units, run_.build_seconds)
 
 
-def _row(conv: BenchConversation, q: Any, outcome: QueryOutcome) -> Dict[str, Any]:
+def _row(conv: BenchConversation, q: Any, outcome: QueryOutcome, scored_context: bool = True) -> Dict[str, Any]:
+    scored = bool(q.gold) and scored_context
     return {
         "qid": q.qid,
         "category": q.category,
         "gold": q.gold,
         "retrieved": gold_ids(conv, outcome.ranking),
-        "context_evidence_recall": evidence_recall(outcome.delivered, q.gold) if q.gold else None,
+        "context_evidence_recall": evidence_recall(outcome.delivered, q.gold) if scored else None,
         "context_evidence_recall_rounds": evidence_recall(gold_ids(conv, outcome.delivered_as_rounds), q.gold)
-        if q.gold and outcome.delivered_as_rounds is not None else None,
+        if scored and outcome.delivered_as_rounds is not None else None,
         "context_tokens": outcome.tokens,
         "delivered_images": outcome.images,
         "retrieval_ms": outcome.retrieval_ms,
