@@ -255,8 +255,10 @@ def test_export_of_a_memory_missing_an_image_file_is_refused_up_front(open_memor
     assert not list(tmp_path.glob("m.zip*")), "no partial archive is left"
 
 
-def test_an_image_path_into_another_memory_is_refused(open_memory, photos):
-    alice, bob = open_memory("alice"), open_memory("bob")
+@pytest.mark.parametrize("own_folders", [False, True], ids=["shared_image_dir", "image_dir_each"])
+def test_an_image_path_into_another_memory_is_refused(open_memory, photos, tmp_path, own_folders):
+    folders = {name: {"image_dir": tmp_path / f"{name}-images"} if own_folders else {} for name in ("alice", "bob")}
+    alice, bob = open_memory("alice", **folders["alice"]), open_memory("bob", **folders["bob"])
     bob.add_rounds(_conversation(photos)[:1])
     bobs_picture = bob.rounds()[0].units[2].image_path
     before = _snapshot(alice)
@@ -264,18 +266,6 @@ def test_an_image_path_into_another_memory_is_refused(open_memory, photos):
         alice.add_round(user="look", images=[{"image_id": "x", "path": bobs_picture}], session_id="S")
     with pytest.raises(VMemInputError, match="another memory"):
         alice.add_round(user="look", images=[{"image_id": "x", "url": Path(bobs_picture).as_uri()}], session_id="S")
-    with pytest.raises(VMemInputError, match="another memory"):
-        alice.as_retriever().retrieve(VMemQueryBundle("Which photo?", image_path=bobs_picture))
-    _assert_unchanged(alice, before)
-
-
-def test_an_image_path_into_another_memory_is_refused_when_their_image_folders_differ(open_memory, photos, tmp_path):
-    alice, bob = open_memory("alice", image_dir=tmp_path / "alice-images"), open_memory("bob", image_dir=tmp_path / "bob-images")
-    bob.add_rounds(_conversation(photos)[:1])
-    bobs_picture = bob.rounds()[0].units[2].image_path
-    before = _snapshot(alice)
-    with pytest.raises(VMemInputError, match="another memory"):
-        alice.add_round(user="look", images=[{"image_id": "x", "path": bobs_picture}], session_id="S")
     with pytest.raises(VMemInputError, match="another memory"):
         alice.as_retriever().retrieve(VMemQueryBundle("Which photo?", image_path=bobs_picture))
     _assert_unchanged(alice, before)
