@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Dict, Generator, List, Optional, Union
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
-from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
-from llama_index.core.base.llms.types import ChatResponse
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, TextBlock
 from llama_index.core.base.response.schema import AsyncStreamingResponse, Response, StreamingResponse
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import BasePromptTemplate

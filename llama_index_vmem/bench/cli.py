@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from . import report
-from .data import load_locomo, load_memgallery
+from .data import BenchConversation, load_locomo, load_memgallery
 
 logger = logging.getLogger("vmem_bench")
 DEFAULT_SYSTEMS = "vmem,stock-dense,stock-bm25,stock-fusion,stock-multimodal"
@@ -111,7 +111,7 @@ def main(argv: Optional[List[str]] = None, llm=None) -> int:
     from .harness import run_benchmark
 
     llm = llm or load_llm(args.llm, args.llm_kwargs)
-    _check_before_run(args, llm)
+    _prepare_run(args, llm)
     conversations = _load(args)
     if args.limit:
         for c in conversations:
@@ -125,8 +125,9 @@ def main(argv: Optional[List[str]] = None, llm=None) -> int:
     return 0
 
 
-def _check_before_run(args: argparse.Namespace, llm) -> None:
-    """Everything that would otherwise fail only after the run, when its work is lost."""
+def _prepare_run(args: argparse.Namespace, llm) -> None:
+    """Refuse, or make ready, everything that would otherwise fail only after the run, when its
+    work is lost: the LLM and judge prompt QA needs, and the output folders."""
     if args.qa and llm is None:
         raise SystemExit("--qa needs an LLM (--llm)")
     if args.qa and args.command == "memgallery" and args.judge_prompt is None:
@@ -137,7 +138,7 @@ def _check_before_run(args: argparse.Namespace, llm) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
 
 
-def _load(args: argparse.Namespace) -> list:
+def _load(args: argparse.Namespace) -> List[BenchConversation]:
     """Each file once, in the order given; a file that is not this benchmark's is named."""
     paths = list(dict.fromkeys(p.resolve() for p in args.paths))
     conversations = []
