@@ -25,6 +25,11 @@ class Fused:
     #: The unit that earned the round its place under each signal.
     best_units: Dict[str, Hit] = field(default_factory=dict)
 
+    @property
+    def round_id(self) -> str:
+        """The round this entry is or belongs to (the same at round level, the unit's at unit level)."""
+        return round_of(next(iter(self.best_units.values())))
+
 
 def round_of(hit: Hit) -> str:
     return hit.payload[schema.ROUND_ID]
@@ -67,11 +72,5 @@ def units_covering(units: Sequence[Fused], k: int) -> List[Fused]:
         if len(rounds) == k:
             break
         out.append(unit)
-        rounds.add(round_of(next(iter(unit.best_units.values()))))
+        rounds.add(unit.round_id)
     return out
-
-
-def seqs_within(seqs: Iterable[int], window: int) -> Set[int]:
-    """Every round position within ``window`` of one of ``seqs``: the rounds near an image (the
-    text->image filter), or near a returned round (the images shown with it)."""
-    return {s + d for s in seqs for d in range(-window, window + 1)}

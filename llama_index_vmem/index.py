@@ -27,14 +27,13 @@ from llama_index.core.llms import LLM
 from llama_index.core.schema import ImageNode, NodeRelationship, RelatedNodeInfo, TextNode
 from tqdm.auto import tqdm
 
-from . import archive, lifecycle
+from . import archive, lifecycle, neighbours
 from . import images as image_io
 from . import schema
 from .config import VMemConfig
 from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedding, image_encoder_id
 from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
-from .fusion import seqs_within
 from .lifecycle import Selection, StoredRound, TimeLike
 from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_utf8, default_round_key, is_utf8, last_default_number, round_input_from_dict
 from .store import Collection, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
@@ -420,19 +419,23 @@ class VMemIndex:
         return [schema.round_from_payload(h.id, h.payload) for h in self.store.scroll(Collection.ROUNDS, self.scope(prev_round_ids=tuple(round_ids)))]
 
     def images_near(self, rounds: Sequence[TextNode], window: int) -> Dict[str, List[ImageNode]]:
-        """Each round's own images, or, for a round without one, the images within ``window`` rounds."""
-        seqs = seqs_within((r.metadata[schema.SEQ] for r in rounds), window)
-        if not seqs:
-            return {}
-        by_seq: Dict[int, List[ImageNode]] = {}
-        for hit in self.store.scroll(Collection.IMAGE, self.scope(seqs=tuple(sorted(seqs)))):
-            by_seq.setdefault(hit.payload[schema.SEQ], []).append(schema.unit_from_payload(hit.id, hit.payload))
-        out: Dict[str, List[ImageNode]] = {}
-        for r in rounds:
-            s = r.metadata[schema.SEQ]
-            own = by_seq.get(s, [])
-            out[r.node_id] = own or [img for d in range(1, window + 1) for n in (s - d, s + d) for img in by_seq.get(n, [])]
+        """Each round's own images, or, for a round without one, those of its nearest linked
+        neighbours that have any, up to ``window`` rounds away within its session."""
+        own = self._images_of(r.node_id for r in rounds)
+        out = {r.node_id: own.get(r.node_id, []) for r in rounds}
+        for layer in neighbours.steps(self, [rid for rid, imgs in out.items() if not imgs], window):
+            found = self._images_of(rid for near in layer.values() for rid in near)
+            for origin, near in layer.items():
+                if not out[origin]:
+                    out[origin] = [img for rid in near for img in found.get(rid, [])]
         return out
+
+    def _images_of(self, round_ids: Iterable[str]) -> Dict[str, List[ImageNode]]:
+        """The image units of these rounds, by round id, in conversation order."""
+        by_round: Dict[str, List[ImageNode]] = {}
+        for hit in self.store.scroll(Collection.IMAGE, self.scope(round_ids=tuple(dict.fromkeys(round_ids)))):
+            by_round.setdefault(hit.payload[schema.ROUND_ID], []).append(schema.unit_from_payload(hit.id, hit.payload))
+        return by_round
 
     # -- the life of a memory -----------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from pydantic import Field, PrivateAttr
 
-from . import schema
+from . import neighbours, schema
 from .retriever import EXPLAIN_KEY
 
 if TYPE_CHECKING:
@@ -52,30 +52,13 @@ class NeighborRoundPostprocessor(BaseNodePostprocessor):
         window = self.window if self.window is not None else rounds[0].node.metadata.get(EXPLAIN_KEY, {}).get("neighbor_window", 1)
         matched = {r.node.node_id: r for r in rounds}
         out: List[NodeWithScore] = []
-        for chain in _chains(_with_neighbours(self._index, [r.node for r in rounds], window)):
+        members = neighbours.within(self._index, matched, window) - matched.keys()
+        for chain in _chains({rid: r.node for rid, r in matched.items()} | self._index.get_rounds(members)):
             hits = [matched[n.node_id] for n in chain if n.node_id in matched]
             out.append(NodeWithScore(node=_block_node(chain, [h.node for h in hits]), score=max(h.score or 0.0 for h in hits)))
             for h in hits:
                 out.extend(images.get(h.node.node_id, []))
         return out
-
-
-def _with_neighbours(index: "VMemIndex", matched: List[TextNode], window: int) -> Dict[str, TextNode]:
-    """The matched rounds and up to ``window`` rounds either side of each, within its session.
-
-    Neighbours follow the stored previous-round links (which ``forget`` keeps joined), so a gap
-    left by a forgotten round is closed rather than ending the block. A neighbour from another
-    session is another day's conversation, not a continuation of the topic.
-    """
-    known = {n.node_id: n for n in matched}
-    back, ahead = list(matched), list(matched)
-    for _ in range(window):
-        before = index.get_rounds({_prev_id(n) for n in back if _prev_id(n)})
-        after = {_prev_id(n): n for n in index.rounds_after([n.node_id for n in ahead])}
-        back = [before[_prev_id(n)] for n in back if _prev_id(n) in before and _same_session(before[_prev_id(n)], n)]
-        ahead = [after[n.node_id] for n in ahead if n.node_id in after and _same_session(after[n.node_id], n)]
-        known.update((n.node_id, n) for n in back + ahead)
-    return known
 
 
 def _chains(rounds: Dict[str, TextNode]) -> List[List[TextNode]]:
@@ -87,8 +70,8 @@ def _chains(rounds: Dict[str, TextNode]) -> List[List[TextNode]]:
     chains: List[List[TextNode]] = []
     chain_of: Dict[str, List[TextNode]] = {}
     for node in sorted(rounds.values(), key=lambda n: n.metadata[schema.SEQ]):
-        prev = rounds.get(_prev_id(node) or "")
-        if prev is not None and _same_session(node, prev):
+        prev = rounds.get(neighbours.prev_id(node.metadata) or "")
+        if prev is not None and neighbours.same_session(node.metadata, prev.metadata):
             chain = chain_of[prev.node_id]
         else:
             chain = []
@@ -96,14 +79,6 @@ def _chains(rounds: Dict[str, TextNode]) -> List[List[TextNode]]:
         chain.append(node)
         chain_of[node.node_id] = chain
     return chains
-
-
-def _prev_id(node: TextNode) -> Optional[str]:
-    return node.metadata.get(schema.PREV_ROUND_ID)
-
-
-def _same_session(a: TextNode, b: TextNode) -> bool:
-    return a.metadata.get(schema.SESSION_ID) == b.metadata.get(schema.SESSION_ID)
 
 
 def _block_node(members: List[TextNode], matched: List[TextNode]) -> TextNode:

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
@@ -19,11 +19,11 @@ from llama_index.core.llms import LLM
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from . import schema
+from . import neighbours, schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
 from .errors import VMemInputError
-from .fusion import Fused, rank_rounds, round_of, rrf, seqs_within, unit_of, units_covering
+from .fusion import Fused, rank_rounds, round_of, rrf, unit_of, units_covering
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
 from .store.base import Collection, Hit
 
@@ -116,10 +116,10 @@ class VMemRetriever(BaseRetriever):
             raise VMemInputError("query", "is empty: ask with text, an image, or both")  # it would rank rounds at random
         plan = self.route(query_bundle, **overrides)
         anchors = {a: self._anchor(a, query_bundle, plan.config) for a in plan.anchors}
-        eligible = self._eligible_seqs(plan)
+        eligible = self._eligible_rounds(plan)
         rankings, fused = self._rank(plan, anchors, query_bundle, eligible)
         if eligible is not None:
-            fused = [r for r in fused if r.seq in eligible]
+            fused = [r for r in fused if r.round_id in eligible]
         fallback = eligible is not None and not fused
         if fallback:  # the filter would remove every candidate: keep the unfiltered ranking
             rankings, fused = self._rank(plan, anchors, query_bundle, None)
@@ -130,7 +130,7 @@ class VMemRetriever(BaseRetriever):
         return RetrievalResult(plan, anchors, top, nodes, visual_match=visual, filter_fallback=fallback)
 
     def _rank(
-        self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], query: QueryBundle, eligible: Optional[set]
+        self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], query: QueryBundle, eligible: Optional[Set[str]]
     ) -> Tuple[Dict[str, List[Hit]], List[Fused]]:
         pool = max(plan.config.candidate_pool, plan.k)  # a widened k (aggregation) gets enough candidates
         key = round_of if plan.round_level else unit_of
@@ -163,13 +163,15 @@ class VMemRetriever(BaseRetriever):
         text = transform.run(query).query_str
         return AnchorValue(text, "llm", time.perf_counter() - start)
 
-    def _eligible_seqs(self, plan: RoutePlan) -> Optional[set]:
+    def _eligible_rounds(self, plan: RoutePlan) -> Optional[Set[str]]:
+        """Ids of the rounds the text->image filter keeps: those holding an image, and their linked
+        neighbours within the window (None when the plan has no filter)."""
         if plan.image_filter_window is None:
             return None
         image_units = self._index.store.scroll(Collection.IMAGE, self._index.scope())
-        return seqs_within((h.payload[schema.SEQ] for h in image_units), plan.image_filter_window)
+        return neighbours.within(self._index, {h.payload[schema.ROUND_ID] for h in image_units}, plan.image_filter_window)
 
-    def _search(self, signal: Signal, anchor: AnchorValue, eligible: Optional[set], pool: int) -> List[Hit]:
+    def _search(self, signal: Signal, anchor: AnchorValue, eligible: Optional[Set[str]], pool: int) -> List[Hit]:
         index = self._index
         if signal.vector == schema.VISUAL:
             vector: Any = index.encode_query_image(anchor.text)
@@ -177,7 +179,7 @@ class VMemRetriever(BaseRetriever):
             vector = index.bm25.query(anchor.text)
         else:
             vector = index.encode_query_text(anchor.text)
-        scope = index.scope(seqs=tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None)
+        scope = index.scope(round_ids=tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None)
         if signal.vector == schema.VISUAL and index.region_tiles:  # the query image against every stored region
             return index.store.search(signal.collection, schema.VISUAL_REGIONS, [vector], scope, pool)
         return index.store.search(signal.collection, signal.vector, vector, scope, pool)

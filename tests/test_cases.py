@@ -188,6 +188,56 @@ def test_image_round_filter_keeps_rounds_next_to_images(make_index, photos):
     assert result.nodes[d15 + 1].node.metadata["image_id"] == "D1:IMG_001"
 
 
+def _returned(result):
+    """Returned round keys, and the image ids each round came back with."""
+    keys, images, current = [], {}, None
+    for n in result.nodes:
+        if isinstance(n.node, ImageNode):
+            images.setdefault(current, []).append(n.node.metadata["image_id"])
+        else:
+            current = n.node.metadata["round_key"]
+            keys.append(current)
+    return keys, images
+
+
+def test_image_round_filter_stops_at_the_session_edge(make_index, photos):
+    """The last round of one session is not next to the first of the next: another day's
+    conversation. It is filtered out, and borrows no image from there."""
+    bike = [{"image_id": "D2:IMG_001", "path": str(photos["coffee"]), "caption": "A bike leaning on a wall"}]
+    index = make_index()
+    index.add_rounds([
+        _round("D1:1", "Filler about cooking pasta.", "Salt the water."),
+        _round("D1:2", "The red bicycle I restored is finished!", "Congratulations on the red bicycle."),
+        _round("D2:1", "Here it is.", "Lovely.", bike),
+        _round("D2:2", "Filler about the weather.", "Rainy again."),
+    ])
+    result = index.as_retriever().retrieve_with_plan(VMemQueryBundle("Which photo shows the red bicycle?"))
+    keys, images = _returned(result)
+    assert not result.filter_fallback
+    assert "D1:2" not in keys and set(keys) == {"D2:1", "D2:2"}
+    assert images == {"D2:1": ["D2:IMG_001"], "D2:2": ["D2:IMG_001"]}
+
+
+def test_image_round_filter_reaches_across_a_forgotten_round(make_index, photos):
+    """After a forget, the rounds either side of the gap are neighbours (the context joins them):
+    the filter and the images a round borrows follow the same links, not the old positions."""
+    bike = [{"image_id": "D1:IMG_001", "path": str(photos["coffee"]), "caption": "A bike leaning on a wall"}]
+    index = make_index()
+    index.add_rounds([
+        _round("D1:1", "The red bicycle I restored is finished!", "Congratulations on the red bicycle."),
+        _round("D1:2", "Filler about cooking pasta.", "Salt the water."),
+        _round("D1:3", "Here it is.", "Lovely.", bike),
+        _round("D1:4", "Filler about the weather.", "Rainy again."),
+        _round("D1:5", "Filler about a marathon.", "Taper before it."),
+        _round("D1:6", "And the red bicycle again, from the side.", "The red bicycle shines."),
+    ])
+    index.forget(["D1:2"])
+    result = index.as_retriever().retrieve_with_plan(VMemQueryBundle("Which photo shows the red bicycle?"))
+    keys, images = _returned(result)
+    assert "D1:1" in keys and "D1:6" not in keys
+    assert images["D1:1"] == ["D1:IMG_001"]
+
+
 def test_image_round_filter_falls_back_when_no_round_has_an_image(make_index):
     index = make_index()
     index.add_rounds([_round("D1:1", "The red bicycle is done.", "Nice."), _round("D1:2", "Pasta tonight.", "Yum.")])

@@ -1,6 +1,6 @@
 """Round max per signal and RRF, on hand-computed cases."""
 
-from llama_index_vmem.fusion import seqs_within, rank_rounds, rrf
+from llama_index_vmem.fusion import rank_rounds, rrf
 from llama_index_vmem.store.base import Hit
 
 
@@ -28,6 +28,3 @@ def test_rrf_ties_go_to_the_earlier_round():
     fused = rrf({"x": rank_rounds([hit("a", "A", 5, 1.0)]), "y": rank_rounds([hit("b", "B", 2, 1.0)])}, kappa=60)
     assert [f.id for f in fused] == ["B", "A"]
 
-
-def test_near_image_window():
-    assert seqs_within([5, 9], 1) == {4, 5, 6, 8, 9, 10}

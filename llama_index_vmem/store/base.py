@@ -31,7 +31,6 @@ class Scope:
 
     memory_id: str
     round_ids: Optional[Tuple[str, ...]] = None
-    seqs: Optional[Tuple[int, ...]] = None
     seq_range: Optional[Tuple[int, int]] = None
     session_id: Optional[str] = None
     #: Only points outside any session: the conversation a sessionless round belongs to.
@@ -45,8 +44,8 @@ class Scope:
 
     @property
     def is_empty(self) -> bool:
-        """An explicit empty id or seq list matches nothing (and must not mean 'no filter')."""
-        return any(ids is not None and not ids for ids in (self.round_ids, self.seqs, self.prev_round_ids))
+        """An explicit empty id list matches nothing (and must not mean 'no filter')."""
+        return any(ids is not None and not ids for ids in (self.round_ids, self.prev_round_ids))
 
 
 def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
@@ -57,8 +56,6 @@ def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
     out: List[Tuple[str, str, Any]] = [(schema.MEMORY_ID, "eq", scope.memory_id)]
     if scope.round_ids is not None:
         out.append((schema.ROUND_ID, "any", list(scope.round_ids)))
-    if scope.seqs is not None:
-        out.append((schema.SEQ, "any", list(scope.seqs)))
     if scope.session_id is not None:
         out.append((schema.SESSION_ID, "eq", scope.session_id))
     if scope.sessionless:

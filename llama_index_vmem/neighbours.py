@@ -1,0 +1,58 @@
+"""Which rounds neighbour which: the stored previous-round links, within one session.
+
+Every "within W rounds" of V-Mem walks these links: context assembly (a match and its neighbours),
+the text->image filter (rounds next to an image) and the images a round without one borrows. The
+links, not ``seq``, decide: ``forget`` keeps them joined across the gap it leaves, and a round of
+another session is another day's conversation, not a continuation of the topic.
+
+The walk reads round payloads (a round's metadata is its payload), never whole nodes: the filter
+walks out from every image round of a memory on each text->image question.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
+
+from . import schema
+from .store.base import Collection
+
+if TYPE_CHECKING:
+    from .index import VMemIndex
+
+_Record = Tuple[str, Mapping[str, Any]]  # a round's id and payload
+
+
+def steps(index: "VMemIndex", round_ids: Iterable[str], window: int) -> Iterator[Dict[str, List[str]]]:
+    """For d = 1 .. ``window``: the ids of each round's linked rounds d steps before and after it
+    (the one before first), keyed by the id of the round walked from. A walk ends at its session's edge."""
+    back: Dict[str, _Record] = {rid: (rid, payload) for rid, payload in _payloads(index, round_ids=tuple(round_ids)).items()}
+    ahead = dict(back)
+    for _ in range(window):
+        before = _payloads(index, round_ids=tuple({prev_id(p) for _, p in back.values() if prev_id(p)}))
+        after = {prev_id(p): (rid, p) for rid, p in _payloads(index, prev_round_ids=tuple(rid for rid, _ in ahead.values())).items()}
+        back = {o: (prev_id(p), before[prev_id(p)]) for o, (_, p) in back.items()
+                if prev_id(p) in before and same_session(before[prev_id(p)], p)}
+        ahead = {o: after[rid] for o, (rid, p) in ahead.items() if rid in after and same_session(after[rid][1], p)}
+        if not back and not ahead:
+            return
+        yield {o: [rec[0] for rec in (back.get(o), ahead.get(o)) if rec is not None] for o in back.keys() | ahead.keys()}
+
+
+def within(index: "VMemIndex", round_ids: Iterable[str], window: int) -> Set[str]:
+    """The ids of these rounds and of every round up to ``window`` links either side of one of them."""
+    found = set(round_ids)
+    for layer in steps(index, tuple(found), window):
+        found.update(rid for near in layer.values() for rid in near)
+    return found
+
+
+def prev_id(round_metadata: Mapping[str, Any]) -> Optional[str]:
+    return round_metadata.get(schema.PREV_ROUND_ID)
+
+
+def same_session(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return a.get(schema.SESSION_ID) == b.get(schema.SESSION_ID)
+
+
+def _payloads(index: "VMemIndex", **narrowing: Any) -> Dict[str, Mapping[str, Any]]:
+    return {h.id: h.payload for h in index.store.scroll(Collection.ROUNDS, index.scope(**narrowing))}
