@@ -414,20 +414,16 @@ class VMemIndex:
         hits = self.store.scroll(Collection.ROUNDS, self.scope(round_ids=tuple(round_ids)))
         return {h.id: schema.round_from_payload(h.id, h.payload) for h in hits}
 
-    def rounds_after(self, round_ids: Iterable[str]) -> List[TextNode]:
-        """The rounds stored directly after these (their previous-round link points at one of them)."""
-        return [schema.round_from_payload(h.id, h.payload) for h in self.store.scroll(Collection.ROUNDS, self.scope(prev_round_ids=tuple(round_ids)))]
-
     def images_near(self, rounds: Sequence[TextNode], window: int) -> Dict[str, List[ImageNode]]:
-        """Each round's own images, or, for a round without one, those of its nearest linked
-        neighbours that have any, up to ``window`` rounds away within its session."""
+        """Each round's own images, or, for a round without one, the images of its linked rounds
+        within ``window`` (nearest first, the earlier side first), never across a session's edge."""
         own = self._images_of(r.node_id for r in rounds)
         out = {r.node_id: own.get(r.node_id, []) for r in rounds}
-        for layer in neighbours.steps(self, [rid for rid, imgs in out.items() if not imgs], window):
+        borrowing = [rid for rid, images in out.items() if not images]
+        for layer in neighbours.steps(self, borrowing, window):
             found = self._images_of(rid for near in layer.values() for rid in near)
             for origin, near in layer.items():
-                if not out[origin]:
-                    out[origin] = [img for rid in near for img in found.get(rid, [])]
+                out[origin] += [img for rid in near for img in found.get(rid, [])]
         return out
 
     def _images_of(self, round_ids: Iterable[str]) -> Dict[str, List[ImageNode]]:

@@ -5,7 +5,7 @@ the text->image filter (rounds next to an image) and the images a round without 
 links, not ``seq``, decide: ``forget`` keeps them joined across the gap it leaves, and a round of
 another session is another day's conversation, not a continuation of the topic.
 
-The walk reads round payloads (a round's metadata is its payload), never whole nodes: the filter
+The walk reads round payloads (a round's metadata is its payload) and builds no nodes: the filter
 walks out from every image round of a memory on each text->image question.
 """
 
@@ -25,14 +25,13 @@ _Record = Tuple[str, Mapping[str, Any]]  # a round's id and payload
 def steps(index: "VMemIndex", round_ids: Iterable[str], window: int) -> Iterator[Dict[str, List[str]]]:
     """For d = 1 .. ``window``: the ids of each round's linked rounds d steps before and after it
     (the one before first), keyed by the id of the round walked from. A walk ends at its session's edge."""
+    if window <= 0:
+        return
     back: Dict[str, _Record] = {rid: (rid, payload) for rid, payload in _payloads(index, round_ids=tuple(round_ids)).items()}
     ahead = dict(back)
     for _ in range(window):
-        before = _payloads(index, round_ids=tuple({prev_id(p) for _, p in back.values() if prev_id(p)}))
-        after = {prev_id(p): (rid, p) for rid, p in _payloads(index, prev_round_ids=tuple(rid for rid, _ in ahead.values())).items()}
-        back = {o: (prev_id(p), before[prev_id(p)]) for o, (_, p) in back.items()
-                if prev_id(p) in before and same_session(before[prev_id(p)], p)}
-        ahead = {o: after[rid] for o, (rid, p) in ahead.items() if rid in after and same_session(after[rid][1], p)}
+        back = _step_back(index, back)
+        ahead = _step_ahead(index, ahead)
         if not back and not ahead:
             return
         yield {o: [rec[0] for rec in (back.get(o), ahead.get(o)) if rec is not None] for o in back.keys() | ahead.keys()}
@@ -52,6 +51,19 @@ def prev_id(round_metadata: Mapping[str, Any]) -> Optional[str]:
 
 def same_session(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return a.get(schema.SESSION_ID) == b.get(schema.SESSION_ID)
+
+
+def _step_back(index: "VMemIndex", frontier: Dict[str, _Record]) -> Dict[str, _Record]:
+    """Each walk's round one link earlier, where that round is in the same session."""
+    earlier = {o: prev_id(p) for o, (_, p) in frontier.items() if prev_id(p)}
+    found = _payloads(index, round_ids=tuple(set(earlier.values())))
+    return {o: (rid, found[rid]) for o, rid in earlier.items() if rid in found and same_session(found[rid], frontier[o][1])}
+
+
+def _step_ahead(index: "VMemIndex", frontier: Dict[str, _Record]) -> Dict[str, _Record]:
+    """Each walk's round one link later (the round linking back to it), where that is in the same session."""
+    later = {prev_id(p): (rid, p) for rid, p in _payloads(index, prev_round_ids=tuple(rid for rid, _ in frontier.values())).items()}
+    return {o: later[rid] for o, (rid, p) in frontier.items() if rid in later and same_session(later[rid][1], p)}
 
 
 def _payloads(index: "VMemIndex", **narrowing: Any) -> Dict[str, Mapping[str, Any]]:

@@ -27,4 +27,3 @@ def test_rrf_sums_reciprocal_ranks():
 def test_rrf_ties_go_to_the_earlier_round():
     fused = rrf({"x": rank_rounds([hit("a", "A", 5, 1.0)]), "y": rank_rounds([hit("b", "B", 2, 1.0)])}, kappa=60)
     assert [f.id for f in fused] == ["B", "A"]
-

@@ -10,7 +10,7 @@ import pytest
 from llama_index.core.llms import MockLLM
 from llama_index.core.schema import NodeWithScore
 
-from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle
+from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle, neighbours
 from llama_index_vmem.postprocessor import BLOCK_ROUNDS, NeighborRoundPostprocessor
 from llama_index_vmem.encoders.bm25 import Sparse
 from llama_index_vmem.store import Collection
@@ -318,6 +318,29 @@ def test_neighbour_blocks_of_interleaved_sessions(open_memory, photos):
     index.forget(["A:2"])
     assert blocks(["A:3"]) == [["A:1", "A:3"]]
     assert blocks(["A:1", "B:3"]) == [["A:1", "A:3"], ["B:2", "B:3"]]
+
+
+def test_a_round_borrows_the_images_of_its_own_session_within_the_window(open_memory, photos):
+    """Nearest first, the earlier side first; a round right after in seq but of the next session
+    lends nothing, and the walk stops at the session's edge."""
+    def picture(key):
+        return [{"image_id": f"{key}:IMG", "path": str(photos["coffee"]), "caption": f"photo {key}"}]
+
+    def near(key, window):
+        return [img.metadata["image_id"] for img in index.images_near([rounds[key]], window)[rounds[key].node_id]]
+
+    index = open_memory()
+    index.add_rounds([{"round_key": f"A:{i}", "session_id": "A", "user": f"Note {i}.", "assistant": "Ok.",
+                       "images": picture(f"A:{i}") if i in (1, 4) else []} for i in range(1, 6)]
+                     + [{"round_key": "B:1", "session_id": "B", "user": "Next day.", "assistant": "Ok.", "images": picture("B:1")}])
+    rounds = {r.round.metadata["round_key"]: r.round for r in index.rounds()}
+    assert near("A:4", 2) == ["A:4:IMG"]  # its own
+    assert near("A:3", 2) == ["A:4:IMG", "A:1:IMG"]
+    assert near("A:3", 1) == ["A:4:IMG"]
+    assert near("A:5", 2) == ["A:4:IMG"]  # not B:1's, one seq later
+    keys = {r.node_id: k for k, r in rounds.items()}
+    assert {keys[i] for i in neighbours.within(index, [rounds["A:5"].node_id], 2)} == {"A:3", "A:4", "A:5"}
+    assert neighbours.within(index, [rounds["A:5"].node_id], 0) == {rounds["A:5"].node_id}
 
 
 def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, tmp_path, minilm, tiny_siglip):
