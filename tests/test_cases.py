@@ -188,8 +188,18 @@ def test_image_round_filter_keeps_rounds_next_to_images(make_index, photos):
     assert result.nodes[d15 + 1].node.metadata["image_id"] == "D1:IMG_001"
 
 
-def _returned(result):
-    """Returned round keys, and the image ids each round came back with."""
+RED_BICYCLE = ("The red bicycle I restored is finished!", "Congratulations on the red bicycle.")
+PASTA = ("Filler about cooking pasta.", "Salt the water.")
+WEATHER = ("Filler about the weather.", "Rainy again.")
+
+
+def _bike_photo(photos, image_id):
+    return [{"image_id": image_id, "path": str(photos["coffee"]), "caption": "A bike leaning on a wall"}]
+
+
+def _ask_for_the_bicycle(index):
+    """Ask a text->image question; return the round keys, and the image ids each round came back with."""
+    result = index.as_retriever().retrieve_with_plan(VMemQueryBundle("Which photo shows the red bicycle?"))
     keys, images, current = [], {}, None
     for n in result.nodes:
         if isinstance(n.node, ImageNode):
@@ -197,23 +207,17 @@ def _returned(result):
         else:
             current = n.node.metadata["round_key"]
             keys.append(current)
+    assert not result.filter_fallback
     return keys, images
 
 
 def test_image_round_filter_stops_at_the_session_edge(make_index, photos):
     """The last round of one session is not next to the first of the next: another day's
     conversation. It is filtered out, and borrows no image from there."""
-    bike = [{"image_id": "D2:IMG_001", "path": str(photos["coffee"]), "caption": "A bike leaning on a wall"}]
     index = make_index()
-    index.add_rounds([
-        _round("D1:1", "Filler about cooking pasta.", "Salt the water."),
-        _round("D1:2", "The red bicycle I restored is finished!", "Congratulations on the red bicycle."),
-        _round("D2:1", "Here it is.", "Lovely.", bike),
-        _round("D2:2", "Filler about the weather.", "Rainy again."),
-    ])
-    result = index.as_retriever().retrieve_with_plan(VMemQueryBundle("Which photo shows the red bicycle?"))
-    keys, images = _returned(result)
-    assert not result.filter_fallback
+    index.add_rounds([_round("D1:1", *PASTA), _round("D1:2", *RED_BICYCLE),
+                      _round("D2:1", "Here it is.", "Lovely.", _bike_photo(photos, "D2:IMG_001")), _round("D2:2", *WEATHER)])
+    keys, images = _ask_for_the_bicycle(index)
     assert "D1:2" not in keys and set(keys) == {"D2:1", "D2:2"}
     assert images == {"D2:1": ["D2:IMG_001"], "D2:2": ["D2:IMG_001"]}
 
@@ -221,19 +225,13 @@ def test_image_round_filter_stops_at_the_session_edge(make_index, photos):
 def test_image_round_filter_reaches_across_a_forgotten_round(make_index, photos):
     """After a forget, the rounds either side of the gap are neighbours (the context joins them):
     the filter and the images a round borrows follow the same links, not the old positions."""
-    bike = [{"image_id": "D1:IMG_001", "path": str(photos["coffee"]), "caption": "A bike leaning on a wall"}]
     index = make_index()
-    index.add_rounds([
-        _round("D1:1", "The red bicycle I restored is finished!", "Congratulations on the red bicycle."),
-        _round("D1:2", "Filler about cooking pasta.", "Salt the water."),
-        _round("D1:3", "Here it is.", "Lovely.", bike),
-        _round("D1:4", "Filler about the weather.", "Rainy again."),
-        _round("D1:5", "Filler about a marathon.", "Taper before it."),
-        _round("D1:6", "And the red bicycle again, from the side.", "The red bicycle shines."),
-    ])
+    index.add_rounds([_round("D1:1", *RED_BICYCLE), _round("D1:2", *PASTA),
+                      _round("D1:3", "Here it is.", "Lovely.", _bike_photo(photos, "D1:IMG_001")), _round("D1:4", *WEATHER),
+                      _round("D1:5", "Filler about a marathon.", "Taper before it."),
+                      _round("D1:6", "And the red bicycle again, from the side.", "The red bicycle shines.")])
     index.forget(["D1:2"])
-    result = index.as_retriever().retrieve_with_plan(VMemQueryBundle("Which photo shows the red bicycle?"))
-    keys, images = _returned(result)
+    keys, images = _ask_for_the_bicycle(index)
     assert "D1:1" in keys and "D1:6" not in keys
     assert images["D1:1"] == ["D1:IMG_001"]
 
