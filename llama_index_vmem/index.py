@@ -419,7 +419,7 @@ class VMemIndex:
         within ``window`` (nearest first, the earlier side first), never across a session's edge."""
         own = self._images_of(r.node_id for r in rounds)
         out = {r.node_id: own.get(r.node_id, []) for r in rounds}
-        borrowing = [rid for rid, images in out.items() if not images]
+        borrowing = {r.node_id: r.metadata for r in rounds if not out[r.node_id]}
         for layer in neighbours.steps(self, borrowing, window):
             found = self._images_of(rid for near in layer.values() for rid in near)
             for origin, near in layer.items():

@@ -22,14 +22,13 @@ if TYPE_CHECKING:
 _Record = Tuple[str, Mapping[str, Any]]  # a round's id and payload
 
 
-def steps(index: "VMemIndex", round_ids: Iterable[str], window: int) -> Iterator[Dict[str, List[str]]]:
+def steps(index: "VMemIndex", rounds: Mapping[str, Mapping[str, Any]], window: int) -> Iterator[Dict[str, List[str]]]:
     """For d = 1 .. ``window``: the ids of each round's linked rounds d steps before and after it
-    (the one before first), keyed by the id of the round walked from. A walk ends at its session's edge."""
-    if window <= 0:
-        return
-    back: Dict[str, _Record] = {rid: (rid, payload) for rid, payload in _payloads(index, round_ids=tuple(round_ids)).items()}
+    (the one before first), keyed by the id of the round walked from. ``rounds`` maps ids to the
+    metadata (or payload) the caller already holds. A walk ends at its session's edge."""
+    back: Dict[str, _Record] = {rid: (rid, metadata) for rid, metadata in rounds.items()}
     ahead = dict(back)
-    for _ in range(window):
+    for _ in range(max(window, 0)):
         back = _step_back(index, back)
         ahead = _step_ahead(index, ahead)
         if not back and not ahead:
@@ -37,12 +36,18 @@ def steps(index: "VMemIndex", round_ids: Iterable[str], window: int) -> Iterator
         yield {o: [rec[0] for rec in (back.get(o), ahead.get(o)) if rec is not None] for o in back.keys() | ahead.keys()}
 
 
-def within(index: "VMemIndex", round_ids: Iterable[str], window: int) -> Set[str]:
+def within(index: "VMemIndex", rounds: Mapping[str, Mapping[str, Any]], window: int) -> Set[str]:
     """The ids of these rounds and of every round up to ``window`` links either side of one of them."""
-    found = set(round_ids)
-    for layer in steps(index, tuple(found), window):
+    found = set(rounds)
+    for layer in steps(index, rounds, window):
         found.update(rid for near in layer.values() for rid in near)
     return found
+
+
+def round_payloads(index: "VMemIndex", round_ids: Iterable[str]) -> Dict[str, Mapping[str, Any]]:
+    """The stored payloads of these rounds of the memory, by id: where a walk starts when the
+    caller holds only ids."""
+    return _payloads(index, round_ids=tuple(round_ids))
 
 
 def prev_id(round_metadata: Mapping[str, Any]) -> Optional[str]:

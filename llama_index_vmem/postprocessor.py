@@ -52,7 +52,7 @@ class NeighborRoundPostprocessor(BaseNodePostprocessor):
         window = self.window if self.window is not None else rounds[0].node.metadata.get(EXPLAIN_KEY, {}).get("neighbor_window", 1)
         matched = {r.node.node_id: r for r in rounds}
         out: List[NodeWithScore] = []
-        members = neighbours.within(self._index, matched, window) - matched.keys()
+        members = neighbours.within(self._index, {rid: r.node.metadata for rid, r in matched.items()}, window) - matched.keys()
         for chain in _chains({rid: r.node for rid, r in matched.items()} | self._index.get_rounds(members)):
             hits = [matched[n.node_id] for n in chain if n.node_id in matched]
             out.append(NodeWithScore(node=_block_node(chain, [h.node for h in hits]), score=max(h.score or 0.0 for h in hits)))

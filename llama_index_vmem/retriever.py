@@ -169,7 +169,8 @@ class VMemRetriever(BaseRetriever):
         if plan.image_filter_window is None:
             return None
         image_units = self._index.store.scroll(Collection.IMAGE, self._index.scope())
-        return neighbours.within(self._index, {h.payload[schema.ROUND_ID] for h in image_units}, plan.image_filter_window)
+        image_rounds = neighbours.round_payloads(self._index, {h.payload[schema.ROUND_ID] for h in image_units})
+        return neighbours.within(self._index, image_rounds, plan.image_filter_window)
 
     def _search(self, signal: Signal, anchor: AnchorValue, eligible: Optional[Set[str]], pool: int) -> List[Hit]:
         index = self._index

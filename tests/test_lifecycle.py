@@ -339,8 +339,9 @@ def test_a_round_borrows_the_images_of_its_own_session_within_the_window(open_me
     assert near("A:3", 1) == ["A:4:IMG"]
     assert near("A:5", 2) == ["A:4:IMG"]  # not B:1's, one seq later
     keys = {r.node_id: k for k, r in rounds.items()}
-    assert {keys[i] for i in neighbours.within(index, [rounds["A:5"].node_id], 2)} == {"A:3", "A:4", "A:5"}
-    assert neighbours.within(index, [rounds["A:5"].node_id], 0) == {rounds["A:5"].node_id}
+    a5 = {rounds["A:5"].node_id: rounds["A:5"].metadata}
+    assert {keys[i] for i in neighbours.within(index, a5, 2)} == {"A:3", "A:4", "A:5"}
+    assert neighbours.within(index, a5, 0) == {rounds["A:5"].node_id}
 
 
 def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, tmp_path, minilm, tiny_siglip):
