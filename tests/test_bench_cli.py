@@ -392,10 +392,10 @@ def test_a_run_without_vmem_scores_no_context_and_writes_into_new_folders(tmp_pa
 
 
 def test_nothing_to_run_is_refused_by_reason():
-    from llama_index_vmem.bench.harness import rung_names
-
     dialog = str(sorted((DATA / "memgallery" / "dialog").glob("*.json"))[0])
     with pytest.raises(SystemExit, match="nothing to run: stock-multimodal skipped, no image has pixels"):
         cli.main(["memgallery", dialog, "--limit", "1", "--systems", "stock-multimodal", "--no-progress"])
-    with pytest.raises(SystemExit, match="--config ','"):
-        rung_names(",")
+    with pytest.raises(SystemExit, match="--config '': choose rungs"):
+        cli.main(["memgallery", dialog, "--config", ",", "--no-progress"])
+    with pytest.raises(SystemExit, match="--config 'routing,ladders': choose rungs"):
+        cli.main(["memgallery", dialog, "--config", "routing, ladders,routing", "--no-progress"])

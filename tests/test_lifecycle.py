@@ -141,12 +141,14 @@ def test_forget_a_session_a_time_range_and_everything(open_memory, photos):
     assert [r.round.metadata["round_key"] for r in index.rounds()] == ["D1:1", "D1:2"]
 
 
-def test_a_default_key_after_a_forget_follows_the_highest_not_the_gap(open_memory):
+def test_a_default_key_after_a_forget_follows_the_highest_still_held_not_the_gap(open_memory):
     index = open_memory()
     index.add_rounds([{"user": f"note {i}", "assistant": "ok", "session_id": "D1"} for i in range(3)])
     assert index.forget(["D1:2"]) == 1
     assert index.add_round(user="later", session_id="D1").metadata["round_key"] == "D1:4"
     assert [r.round.metadata["round_key"] for r in index.rounds()] == ["D1:1", "D1:3", "D1:4"]
+    assert index.forget(["D1:4"]) == 1
+    assert index.add_round(user="again", session_id="D1").metadata["round_key"] == "D1:4", "as the README says"
 
 
 def test_a_partial_date_means_the_start_of_its_period_whatever_the_day(open_memory):

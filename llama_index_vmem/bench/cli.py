@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
         b = sub.add_parser(name, help=f"run the {name} benchmark")
         b.add_argument("paths", nargs="+", type=Path)
         b.add_argument("--k", type=_positive, default=10)
-        b.add_argument("--config", default="anchors",
+        b.add_argument("--config", type=_names, default="anchors",
                        help="vmem rungs to run: comma list of vanilla,routing,rounds,anchors or 'ladder' (anchors is 'vmem')")
         b.add_argument("--systems", type=_names, default=DEFAULT_SYSTEMS, help=f"comma list (default {DEFAULT_SYSTEMS})")
         b.add_argument("--image-root", type=Path, help="where the images live when not next to the JSON")

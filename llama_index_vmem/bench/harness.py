@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from llama_index.core.llms import LLM
 
@@ -25,12 +25,14 @@ logger = logging.getLogger(__name__)
 BENCHMARK_CONFIGS = {"memgallery": VMemConfig(aggregation_enabled=False), "locomo": VMemConfig()}
 
 
-def rung_names(spec: str) -> List[str]:
-    rungs = list(RUNGS) if spec == "ladder" else list(dict.fromkeys(r.strip() for r in spec.split(",") if r.strip()))
-    unknown = set(rungs) - set(RUNGS)
-    if unknown or not rungs:
-        raise SystemExit(f"--config {spec!r}: choose rungs from {list(RUNGS)} (comma list) or 'ladder'")
-    return rungs
+def rung_names(rungs: Union[str, Sequence[str]]) -> List[str]:
+    """The rungs to run: names from ``RUNGS`` (one name or several), or ``"ladder"`` for all of them."""
+    names = [rungs] if isinstance(rungs, str) else list(rungs)
+    if names == ["ladder"]:
+        return list(RUNGS)
+    if not names or set(names) - set(RUNGS):
+        raise SystemExit(f"--config {','.join(names)!r}: choose rungs from {list(RUNGS)} (comma list) or 'ladder'")
+    return names
 
 
 def system_name(rung: str) -> str:
@@ -77,7 +79,7 @@ def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[s
 
 
 def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k: int, systems: Sequence[str],
-                  rungs: str = "anchors", llm: Optional[LLM] = None, qa: bool = False,
+                  rungs: Union[str, Sequence[str]] = "anchors", llm: Optional[LLM] = None, qa: bool = False,
                   judge_prompt: Optional[Path] = None, show_progress: bool = True, delivery: str = "text") -> Dict[str, Any]:
     """Every system over every conversation, as ``results.json`` holds it.
 
@@ -87,8 +89,8 @@ def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k:
     names = rung_names(rungs)
     config = BENCHMARK_CONFIGS.get(benchmark, VMemConfig())
     config = config.override(k=max(config.k, k))  # rankings are cut at K: vmem returns at least K rounds, as stock does
-    if "vmem" not in systems and rungs != "anchors":
-        logger.warning("--config %s applies to vmem, which is not among the systems", rungs)
+    if "vmem" not in systems and names != ["anchors"]:
+        logger.warning("--config %s applies to vmem, which is not among the systems", ",".join(names))
     made, skipped, build = make_systems(conversations, systems, names, llm, delivery, config)
     vmem_names = [s.name for s in made if isinstance(s, VMemSystem)]
     budget = "vmem" if "vmem" in vmem_names else next(iter(vmem_names), None)
