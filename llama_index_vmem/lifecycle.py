@@ -2,9 +2,11 @@
 
 Qdrant has no transaction across collections, so ``forget`` snapshots the points it changes
 (with their vectors, and the neighbour links it rewrites) and puts them back if any step fails,
-including moving its image files aside. Round records go first and files last, so a process
-killed mid-forget never leaves a round missing its units or its pictures; what it leaves is
-invisible (units without a round) or swept when the memory is next opened (files moved aside).
+including moving its image files aside. Files go first, then units, then the relinks, and round
+records last: a process killed mid-forget leaves each round it did not finish listed (perhaps
+without its units or pictures, never units without their round, which would crowd searches and
+could be reached no more), so the same forget run again finishes it, and the files it had moved
+aside are swept when the memory is next opened.
 """
 
 from __future__ import annotations
@@ -114,14 +116,24 @@ def forget(index: "VMemIndex", selection: Selection) -> int:
     relinked = _relinks(index, snapshot[Collection.ROUNDS])
     # The caches of derived pixels go too: they may hold copies of what is forgotten.
     files = _unshared_images(index, snapshot[Collection.IMAGE], scope) + [index.delivered_dir, index.attached_dir]
+    trash = index.image_dir / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
+    moved = _move_aside(files, trash)
     try:
-        for collection in (Collection.ROUNDS, Collection.IMAGE, Collection.TEXT):
+        for collection in (Collection.TEXT, Collection.IMAGE):
             store.delete(collection, scope)
         store.upsert(Collection.ROUNDS, [new for _, new in relinked])
+        store.delete(Collection.ROUNDS, scope)
     except BaseException:
+        _put_back(moved, trash)
         _restore(store, snapshot, relinked)
         raise
-    trash = index.image_dir / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
+    shutil.rmtree(trash, ignore_errors=True)
+    logger.info("memory %s: forgot %d rounds", index.memory_id, len(snapshot[Collection.ROUNDS]))
+    return len(snapshot[Collection.ROUNDS])
+
+
+def _move_aside(files: List[Path], trash: Path) -> List[Path]:
+    """Move ``files`` that exist into ``trash``; all of them, or (on failure) none."""
     moved: List[Path] = []
     try:
         for path in files:
@@ -130,17 +142,19 @@ def forget(index: "VMemIndex", selection: Selection) -> int:
                 path.rename(trash / f"{len(moved)}-{path.name}")
                 moved.append(path)
     except BaseException:
-        for i, path in enumerate(moved):
-            (trash / f"{i}-{path.name}").rename(path)
-        _restore(store, snapshot, relinked)
+        _put_back(moved, trash)
         raise
-    shutil.rmtree(trash, ignore_errors=True)
-    logger.info("memory %s: forgot %d rounds", index.memory_id, len(snapshot[Collection.ROUNDS]))
-    return len(snapshot[Collection.ROUNDS])
+    return moved
+
+
+def _put_back(moved: List[Path], trash: Path) -> None:
+    for i, path in enumerate(moved):
+        (trash / f"{i}-{path.name}").rename(path)
 
 
 def sweep_trash(index: "VMemIndex") -> None:
-    """Files a killed ``forget`` had moved aside: their points were already gone, so they go too."""
+    """Files a killed ``forget`` had moved aside: they were being forgotten, so they go, and running
+    that forget again removes whatever of their rounds it had not."""
     for trash in index.image_dir.glob(f"{TRASH_PREFIX}*"):
         shutil.rmtree(trash, ignore_errors=True)
 

@@ -296,6 +296,61 @@ def test_a_failed_file_move_puts_back_points_and_files(open_memory, photos, monk
     assert _answers(index, photos) == answers
 
 
+class _Killed(BaseException):
+    """The process dies: nothing after it runs, not even a rollback."""
+
+
+def _layout(index):
+    """What a memory holds, by round key: each listed round with the round it links back to and
+    its units, the units whose round is gone, and its image files."""
+    listed = index.rounds()
+    key_of = {r.round.node_id: r.round.metadata["round_key"] for r in listed}
+    rounds = [(key_of[r.round.node_id], key_of.get(neighbours.prev_id(r.round.metadata)),
+               [u.metadata.get("image_id") or u.metadata["role"] for u in r.units]) for r in listed]
+    roundless = [h.id for c in (Collection.TEXT, Collection.IMAGE) for h in index.store.scroll(c, index.scope())
+                 if h.payload["round_id"] not in key_of]
+    return rounds, roundless, sorted(p.name for p in index.image_dir.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("writes_before_death", [0, 1, 2, 3, 4])
+def test_a_forget_killed_part_way_is_finished_by_running_it_again(open_memory, photos, monkeypatch, writes_before_death):
+    twin = open_memory("twin")  # the same memory, forgotten without a hitch
+    twin.add_rounds(_conversation(photos))
+    twin.forget(["D1:2", "D2:1"])
+    index = open_memory("killed")
+    index.add_rounds(_conversation(photos))
+    store, dead, writes = index.store, [], {"n": 0}
+
+    def counted(real):
+        def write(*args):
+            writes["n"] += 1
+            if writes["n"] > writes_before_death or dead:
+                dead.append(True)
+                raise _Killed()
+            real(*args)
+        return write
+
+    def die(*args, **kwargs):
+        dead.append(True)
+        raise _Killed()
+
+    real_rename = Path.rename
+    monkeypatch.setattr(store, "delete", counted(store.delete))
+    monkeypatch.setattr(store, "upsert", counted(store.upsert))
+    monkeypatch.setattr(Path, "rename", lambda self, target: die() if dead else real_rename(self, target))
+    monkeypatch.setattr("llama_index_vmem.lifecycle.shutil.rmtree", die)  # after its 4 writes, it dies sweeping up
+    with pytest.raises(_Killed):
+        index.forget(["D1:2", "D2:1"])
+    monkeypatch.undo()
+    reopened = open_memory("killed")
+    rounds, roundless, _ = _layout(reopened)
+    assert roundless == [], "a unit without its round would crowd searches, and no forget could reach it"
+    assert {"D1:1", "D1:3", "D2:2"} <= {key for key, _, _ in rounds}
+    reopened.forget(["D1:2", "D2:1"])
+    assert _layout(reopened) == _layout(twin)
+    assert _answers(reopened, photos) == _answers(twin, photos)
+
+
 def test_files_a_killed_forget_moved_aside_are_swept_on_open(open_memory, photos, tmp_path):
     index = open_memory()
     index.add_rounds(_conversation(photos)[:1])
