@@ -13,13 +13,13 @@ import logging
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Set, Union
 
 from . import images as image_io
 from . import schema
 from .encoders.bm25 import Sparse
 from .errors import VMemInputError
-from .store import Collection, PointData
+from .store import Collection, LaneDims, PointData
 
 if TYPE_CHECKING:
     from .index import VMemIndex
@@ -123,6 +123,7 @@ def import_memory(index: "VMemIndex", archive: Archive) -> int:
         points = {c: [_point_from_json(p) for p in archive.document["collections"][c.value]] for c in Collection}
         rehome = _Rehome(index, archive, points[Collection.ROUNDS] + points[Collection.TEXT] + points[Collection.IMAGE])
         rehomed = {c: [rehome(p) for p in points[c]] for c in Collection}
+        _check(rehomed, index.lane_dims)
     except (KeyError, TypeError, ValueError) as e:
         raise VMemInputError(f"archive {archive.path}", f"has a malformed point ({e!r})") from e
     written: List[Path] = []
@@ -169,6 +170,36 @@ class _Rehome:
                 raise ValueError(f"image {name!r} of point {p.id} is not in the archive")
             payload[schema.IMAGE_PATH] = str(self.index.image_dir / name)
         return PointData(self.ids[p.id], payload, p.vectors)
+
+
+def _check(points: Dict[Collection, List[PointData]], dims: LaneDims) -> None:
+    """What the store and the round walks rely on and a hand-edited archive could break: whole-number
+    positions, text session ids, vectors of the store's names and sizes, round links that end."""
+    sizes = {schema.TEXT_DENSE: dims.text, schema.VISUAL: dims.visual, schema.VISUAL_REGIONS: dims.visual}
+    for c, ps in points.items():
+        for p in ps:
+            positions = (schema.SEQ,) if c is Collection.ROUNDS else (schema.SEQ, schema.UNIT_INDEX)
+            if not all(type(p.payload.get(key)) is int for key in positions):
+                raise ValueError(f"point {p.id}: {' and '.join(positions)} must be whole numbers")
+            if not isinstance(p.payload.get(schema.SESSION_ID), (str, type(None))):
+                raise ValueError(f"point {p.id}: session_id must be text")
+            for name, v in p.vectors.items():
+                if isinstance(v, Sparse):
+                    continue
+                rows = v if name == schema.VISUAL_REGIONS else [v]
+                if name not in sizes or not rows or any(len(row) != sizes[name] for row in rows):
+                    raise ValueError(f"point {p.id}: vector {name!r} does not fit this store ({sizes})")
+    prev = {p.id: p.payload.get(schema.PREV_ROUND_ID) for p in points[Collection.ROUNDS]}
+    ended: Set[str] = set()  # rounds whose links back are known to end
+    for start in prev:
+        walked: Set[str] = set()
+        r = start
+        while r in prev and r not in ended:
+            if r in walked:
+                raise ValueError(f"round {r}: its links back loop")
+            walked.add(r)
+            r = prev[r]
+        ended |= walked
 
 
 def _point_to_json(p: PointData) -> Dict[str, Any]:

@@ -84,7 +84,8 @@ class VMemIndex:
             self.show_progress = show_progress
             self.region_tiles = region_tiles
             self.bm25 = Bm25Encoder()
-            self.image_dir = Path(image_dir) / hashlib.sha256(memory_id.encode()).hexdigest()[:16]
+            # absolute, since payloads keep it: a store reopened from another directory finds its pictures
+            self.image_dir = Path(image_dir).absolute() / hashlib.sha256(memory_id.encode()).hexdigest()[:16]
             self.image_fence = image_io.Fence.around(self.image_dir)
             #: Derived pixels kept beside the memory's images: labelled copies made for delivery, and
             #: attached query images given as bytes or URLs. Caches, but of this memory's pictures.
@@ -93,7 +94,8 @@ class VMemIndex:
             self._parser = RoundNodeParser(memory_id=memory_id, image_dir=str(self.image_dir), transcriber=transcriber)
             self._tempdir = owns_tempdir
             self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
-            store.ensure_collections(self._dims(), self.manifest())
+            self.lane_dims = self._dims()
+            store.ensure_collections(self.lane_dims, self.manifest())
             with _write_lock(store, memory_id):
                 self._sweep_unfinished(self._last_seq())
                 lifecycle.sweep_trash(self)
@@ -472,7 +474,7 @@ class VMemIndex:
         """Open a memory (``from_defaults(**store_kwargs)``: any store or backend) and load an
         archive into it. The memory must be empty; ``memory_id`` defaults to the archived one."""
         data = archive.read_archive(archive_path)
-        index = cls.from_defaults(memory_id=memory_id or data.memory_id, **store_kwargs)
+        index = cls.from_defaults(memory_id=data.memory_id if memory_id is None else memory_id, **store_kwargs)
         try:
             with _write_lock(index.store, index.memory_id):
                 archive.import_memory(index, data)

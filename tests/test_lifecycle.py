@@ -239,10 +239,24 @@ def test_import_refuses_other_encoders_and_broken_archives(open_memory, photos, 
     archive = index.export_archive(tmp_path / "m.zip")
     with pytest.raises(VMemInputError, match="encoded with"):
         VMemIndex.from_archive(archive, embed_model=minilm, path=tmp_path / "other-encoder")
+    with pytest.raises(VMemInputError, match="memory_id"):  # a blank id is refused, not read as "the archived one"
+        VMemIndex.from_archive(archive, memory_id="", embed_model=minilm, image_encoder=tiny_siglip, path=tmp_path / "blank")
     broken = tmp_path / "broken.zip"
     broken.write_bytes(archive.read_bytes()[:200])
     with pytest.raises(VMemInputError, match="broken.zip"):
         VMemIndex.from_archive(broken, embed_model=minilm, image_encoder=tiny_siglip, path=tmp_path / "b")
+
+
+def test_a_memory_opened_by_a_relative_path_finds_its_pictures_from_any_directory(open_memory, photos, tmp_path, monkeypatch):
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    open_memory("rel", path=Path("memory")).add_rounds(_conversation(photos)[:1])
+    monkeypatch.chdir(tmp_path / "b")
+    again = open_memory("rel", path=tmp_path / "a" / "memory")
+    picture = again.rounds()[0].units[-1].image_path
+    assert Path(picture).is_absolute() and Path(picture).is_file()
+    again.export_archive(tmp_path / "rel.zip")  # refused when a stored path was relative to where it was made
 
 
 def test_export_of_a_memory_missing_an_image_file_is_refused_up_front(open_memory, photos, tmp_path):
@@ -420,21 +434,37 @@ def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, t
         e[image_name] = photos["coffee"].read_bytes()
         return e
 
-    def no_ids(e):
-        doc = json.loads(e["memory.json"])
-        for p in doc["collections"]["rounds"]:
-            del p["payload"]["round_key"]
-        e["memory.json"] = json.dumps(doc)
-        return e
-
     def missing_image(e):
         del e[image_name]
         return e
 
+    def edited(edit):
+        """``edit`` applied to every point of memory.json."""
+        def change(e):
+            doc = json.loads(e["memory.json"])
+            for points in doc["collections"].values():
+                for point in points:
+                    edit(point)
+            e["memory.json"] = json.dumps(doc)
+            return e
+        return change
+
+    def loop(point):  # a round linking back to itself: walking its neighbours would never end
+        if "unit_ids" in point["payload"]:
+            point["payload"]["prev_round_id"] = point["id"]
+
+    def short_vector(point):
+        if "text_dense" in point["vectors"]:
+            point["vectors"]["text_dense"] = point["vectors"]["text_dense"][:3]
+
     opened = dict(embed_model=minilm, image_encoder=tiny_siglip)
     for name, change, message in (("swapped.zip", swapped, "not named by its content"),
-                                  ("no-ids.zip", no_ids, "malformed point"),
-                                  ("missing.zip", missing_image, "not in the archive")):
+                                  ("no-ids.zip", edited(lambda p: p["payload"].pop("round_key")), "malformed point"),
+                                  ("missing.zip", missing_image, "not in the archive"),
+                                  ("loop.zip", edited(loop), "links back loop"),
+                                  ("seq.zip", edited(lambda p: p["payload"].update(seq="first")), "whole numbers"),
+                                  ("session.zip", edited(lambda p: p["payload"].update(session_id=5)), "session_id must be text"),
+                                  ("vector.zip", edited(short_vector), "does not fit this store")):
         with pytest.raises(VMemInputError, match=message):
             VMemIndex.from_archive(crafted(name, change), path=tmp_path / name.replace(".zip", ""), **opened)
         target = VMemIndex.from_defaults(path=tmp_path / name.replace(".zip", ""), **opened)
