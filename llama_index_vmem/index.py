@@ -437,7 +437,7 @@ class VMemIndex:
 
     # -- the life of a memory -----------------------------------------------------------------
 
-    def rounds(self, round_keys: Optional[Sequence[str]] = None, *, session_id: Optional[str] = None,
+    def rounds(self, round_keys: Optional[Iterable[str]] = None, *, session_id: Optional[str] = None,
                since: Optional[TimeLike] = None, until: Optional[TimeLike] = None,
                offset: int = 0, limit: int = 100) -> List[StoredRound]:
         """The memory's rounds in conversation order, each with its units, a page at a time.
@@ -446,7 +446,7 @@ class VMemIndex:
         """
         return lifecycle.list_rounds(self, Selection(round_keys, session_id, since, until), offset, limit)
 
-    def forget(self, round_keys: Optional[Sequence[str]] = None, *, session_id: Optional[str] = None,
+    def forget(self, round_keys: Optional[Iterable[str]] = None, *, session_id: Optional[str] = None,
                since: Optional[TimeLike] = None, until: Optional[TimeLike] = None) -> int:
         """Forget rounds (by key, session and/or time range, combined) everywhere; all or nothing.
 

@@ -16,15 +16,16 @@ import re
 import shutil
 import uuid
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
 
 from dateutil import parser as dateparser
 from llama_index.core.schema import TextNode
 
 from . import schema
 from .errors import VMemInputError
+from .node_parser import is_utf8, optional_str
 from .store import Collection, Hit, PointData, Scope
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ class StoredRound:
 class Selection:
     """Which rounds of a memory a call means; every given criterion must hold."""
 
-    round_keys: Optional[Sequence[str]] = None
+    round_keys: Optional[Iterable[str]] = None
     session_id: Optional[str] = None
     since: Optional[TimeLike] = None
     until: Optional[TimeLike] = None
@@ -69,12 +70,12 @@ def select(index: "VMemIndex", selection: Selection) -> List[Hit]:
     """The round records ``selection`` picks, in conversation order.
 
     A time range ``since <= seen < until`` compares each round's own timestamp (any format
-    ``dateutil`` reads, such as ``2024-06-17`` or ``1:56 pm on 8 May, 2023``); rounds without a
-    readable timestamp are never in it.
+    ``dateutil`` reads, such as ``2024-06-17`` or ``1:56 pm on 8 May, 2023``; one with a zone in
+    UTC); rounds without a readable timestamp are never in it.
     """
     keys = _check_keys(selection.round_keys)
     ids = tuple(schema.round_id(index.memory_id, k) for k in keys) if keys is not None else None
-    hits = index.store.scroll(Collection.ROUNDS, index.scope(round_ids=ids, session_id=selection.session_id))
+    hits = index.store.scroll(Collection.ROUNDS, index.scope(round_ids=ids, session_id=_check_id("session_id", selection.session_id)))
     if selection.since is None and selection.until is None:
         return hits
     since = _as_time("since", selection.since) if selection.since is not None else None
@@ -191,12 +192,23 @@ def _unshared_images(index: "VMemIndex", removed: List[PointData], scope: Scope)
     return sorted(Path(p) for p in paths)
 
 
-def _check_keys(keys: Optional[Sequence[str]]) -> Optional[List[str]]:
+def _check_keys(keys: Optional[Iterable[str]]) -> Optional[List[str]]:
     if keys is None:
         return None
-    if isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys):
-        raise VMemInputError("round_keys", f"must be a list of non-empty round keys, got {keys!r}")
-    return list(keys)
+    if isinstance(keys, (str, bytes, Mapping)) or not isinstance(keys, Iterable):
+        raise VMemInputError("round_keys", f"must be a list of round keys, got {keys!r}")
+    checked = [_check_id("round_keys", key) for key in keys]
+    if None in checked:
+        raise VMemInputError("round_keys", "a round key is None")
+    return checked
+
+
+def _check_id(item: str, value: object) -> Optional[str]:
+    """A session id or round key as ``add_rounds`` stores it (a number means its text), or None."""
+    text = optional_str(item, item, value, empty_ok=False)
+    if text is not None and not is_utf8(text):
+        raise VMemInputError(item, f"{value!r} cannot be stored as UTF-8")
+    return text
 
 
 def _as_time(name: str, value: TimeLike) -> datetime:
@@ -212,12 +224,17 @@ def _read_time(value: object) -> Optional[datetime]:
     What a string leaves out is its period's start ("2024" is 1 January 2024, "June 2024" is
     1 June), not today's month or day, so ranges do not shift with the calendar."""
     if isinstance(value, datetime):
-        return value.replace(tzinfo=None)
+        return _without_zone(value)
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day)
     if isinstance(value, str) and _YEAR.search(value):  # fuzzy parsing reads "Round 12" as a date
         try:
-            return dateparser.parse(value, fuzzy=True, default=_PERIOD_START).replace(tzinfo=None)
+            return _without_zone(dateparser.parse(value, fuzzy=True, default=_PERIOD_START))
         except (ValueError, OverflowError):
             return None
     return None
+
+
+def _without_zone(t: datetime) -> datetime:
+    """A time that names its zone, as UTC; one that names none, as written."""
+    return t.astimezone(timezone.utc).replace(tzinfo=None) if t.tzinfo is not None else t

@@ -127,7 +127,7 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
         parsed_images.append(
             ImageInput(
                 role=role,
-                image_id=_opt_str(name, "image_id", img.get("image_id")),
+                image_id=optional_str(name, "image_id", img.get("image_id")),
                 path=img.get("path"),
                 data=img.get("bytes"),
                 url=img.get("url"),
@@ -142,13 +142,13 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
         assistant=data.get("assistant", ""),
         images=parsed_images,
         audio_transcripts=list(audio),
-        session_id=_opt_str(item, "session_id", data.get("session_id"), empty_ok=False),
-        timestamp=_opt_str(item, "timestamp", data.get("timestamp")),
-        round_key=_opt_str(item, "round_key", data.get("round_key"), empty_ok=False),
+        session_id=optional_str(item, "session_id", data.get("session_id"), empty_ok=False),
+        timestamp=optional_str(item, "timestamp", data.get("timestamp")),
+        round_key=optional_str(item, "round_key", data.get("round_key"), empty_ok=False),
     )
 
 
-def _opt_str(item: str, name: str, value: Any, empty_ok: bool = True) -> Optional[str]:
+def optional_str(item: str, name: str, value: Any, empty_ok: bool = True) -> Optional[str]:
     """``value`` as a string, or None; an id (``empty_ok=False``) must also have a visible character."""
     if value is None:
         return None
@@ -242,8 +242,8 @@ class RoundNodeParser(NodeParser):
         """
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise VMemInputError("messages", f"must be a list of ChatMessage, got {type(messages).__name__}")
-        session_id = _opt_str("messages", "session_id", session_id, empty_ok=False)
-        timestamp = _opt_str("messages", "timestamp", timestamp)
+        session_id = optional_str("messages", "session_id", session_id, empty_ok=False)
+        timestamp = optional_str("messages", "timestamp", timestamp)
         rounds: List[RoundInput] = []
         awaiting_reply = False
         for i, msg in enumerate(messages):
@@ -320,11 +320,11 @@ class RoundNodeParser(NodeParser):
         if block.image is not None and block.path is None:
             data = block.resolve_image(as_base64=False).read()
         return ImageInput(
-            image_id=_opt_str(item, "image_id", ids[i]) if i < len(ids) else None,
+            image_id=optional_str(item, "image_id", ids[i]) if i < len(ids) else None,
             path=str(block.path) if block.path is not None else None,
             data=data,
             url=str(block.url) if block.url is not None and block.path is None and data is None else None,
-            caption=_opt_str(item, "caption", captions[i]) if i < len(captions) else None,
+            caption=optional_str(item, "caption", captions[i]) if i < len(captions) else None,
             role=role,
         )
 

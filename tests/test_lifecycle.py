@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,21 @@ def test_a_partial_date_means_the_start_of_its_period_whatever_the_day(open_memo
     assert keys(since="2024", until="2025") == ["A:1", "B:1"]  # "2024" is 1 January, not today's month and day
     assert keys(since="June 2024") == ["B:1", "C:1"] and keys(until="June 2024") == ["A:1"]
     assert index.forget(since="2024", until="2025") == 2 and keys() == ["C:1"]
+
+
+def test_filters_take_ids_as_add_rounds_does_times_by_their_zone_and_name_what_they_cannot(open_memory):
+    index = open_memory()
+    index.add_rounds([{"user": "late in Denver", "assistant": "ok", "session_id": 5, "timestamp": "2024-06-17T23:30:00-07:00"},
+                      {"user": "early in Karachi", "assistant": "ok", "session_id": 5, "timestamp": "2024-06-18T01:00:00+05:00"}])
+    keys = lambda *a, **r: [x.round.metadata["round_key"] for x in index.rounds(*a, **r)]  # noqa: E731
+    assert keys(since="2024-06-18T00:00:00Z") == ["5:1"], "06:30 UTC on the 18th, then 20:00 UTC on the 17th"
+    assert keys(until=datetime(2024, 6, 18, tzinfo=timezone.utc)) == ["5:2"]
+    assert keys(k for k in ["5:2"]) == ["5:2"] and keys(session_id=5) == ["5:1", "5:2"]
+    for bad in (dict(session_id=["5"]), dict(session_id="\ud800"), dict(session_id=""), dict(round_keys=["\ud800"]),
+                dict(round_keys=[None]), dict(round_keys=7)):
+        with pytest.raises(VMemInputError, match=next(iter(bad))):
+            index.forget(**bad)
+    assert index.forget(k for k in ["5:1"]) == 1 and index.forget(session_id=5) == 1 and len(index) == 0
 
 
 def test_forget_needs_a_filter_and_names_bad_ones(open_memory, photos):
