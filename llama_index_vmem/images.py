@@ -1,19 +1,23 @@
 """Image bytes in, validated file on disk out: the only code that reads user-supplied images.
 
-Every image is checked before anything is written (zero bytes, not an image, truncated,
-decompression bomb, oversized file, unsupported URL scheme) and saved once under the memory's
-image directory by content hash, so nodes carry a path and never base64.
+Every image is checked before anything is written (zero bytes, not an image, a format not read
+here, truncated, decompression bomb, oversized file, unsupported or malformed URL, a URL too slow
+to fetch) and saved once under the memory's image directory by content hash, so nodes carry a
+path and never base64.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
+import http.client
 import io
 import os
 import re
 import stat
 import threading
+import time
 import urllib.parse
 import urllib.request
 import uuid
@@ -32,6 +36,10 @@ MAX_IMAGE_BYTES = 50 * 1024 * 1024
 #: Largest decoded image accepted (pixels); bigger ones are treated as decompression bombs.
 MAX_IMAGE_PIXELS = 64_000_000
 URL_SCHEMES = ("http", "https", "file", "data")
+#: Image formats read, of those this Pillow has: photo and screenshot formats. Others are refused
+#: unread, since PIL hands some to outside programs (EPS to Ghostscript, which a file can stall).
+FORMATS = ("PNG", "JPEG", "GIF", "WEBP", "BMP", "TIFF", "AVIF")
+#: Seconds a URL fetch may take in all, however slowly its server trickles bytes.
 _URL_TIMEOUT_S = 20
 
 
@@ -109,6 +117,8 @@ def read_source(
 
 
 def _read_file(item: str, path: Path, fence: Optional[Fence]) -> bytes:
+    if "\x00" in str(path):
+        raise VMemInputError(item, f"image path {str(path)!r} contains NUL")
     if fence is not None:
         fence.check(item, path)
     try:
@@ -131,11 +141,15 @@ def _read_file(item: str, path: Path, fence: Optional[Fence]) -> bytes:
 
 
 def _read_url(item: str, url: str, fence: Optional[Fence]) -> bytes:
-    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:
+        raise VMemInputError(item, f"malformed URL {url!r}: {exc}") from None
+    scheme = parts.scheme.lower()
     if scheme not in URL_SCHEMES:
         raise VMemInputError(item, f"unsupported URL scheme {scheme!r} (allowed: {', '.join(URL_SCHEMES)})")
     if scheme == "file":
-        return _read_file(item, Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)), fence)
+        return _read_file(item, Path(urllib.request.url2pathname(parts.path)), fence)
     if scheme == "data":
         header, _, payload = url.partition(",")
         try:
@@ -143,14 +157,31 @@ def _read_url(item: str, url: str, fence: Optional[Fence]) -> bytes:
         except ValueError as exc:
             raise VMemInputError(item, f"malformed data URL: {exc}") from None
         return raw
+    deadline = time.monotonic() + _URL_TIMEOUT_S
+    raw = bytearray()
     try:
         with urllib.request.urlopen(url, timeout=_URL_TIMEOUT_S) as response:
-            raw = response.read(MAX_IMAGE_BYTES + 1)
-    except OSError as exc:
-        raise VMemInputError(item, f"cannot fetch {url}: {exc}") from None
-    if len(raw) > MAX_IMAGE_BYTES:
-        raise VMemInputError(item, f"{url} is over the {MAX_IMAGE_BYTES}-byte limit")
-    return raw
+            while chunk := response.read1(1 << 16):
+                raw += chunk
+                if len(raw) > MAX_IMAGE_BYTES:
+                    raise VMemInputError(item, f"{url} is over the {MAX_IMAGE_BYTES}-byte limit")
+                if time.monotonic() > deadline:
+                    raise VMemInputError(item, f"{url} took over {_URL_TIMEOUT_S} s to fetch")
+    except VMemInputError:
+        raise
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        raise VMemInputError(item, f"cannot fetch {url}: {exc!r}") from None
+    return bytes(raw)
+
+
+def _open(source: Union[str, os.PathLike, io.BytesIO]) -> Image.Image:
+    return Image.open(source, formats=_readable_formats())
+
+
+@functools.cache
+def _readable_formats() -> List[str]:
+    Image.init()
+    return [f for f in FORMATS if f in Image.OPEN]
 
 
 def is_url(image: str) -> bool:
@@ -172,7 +203,7 @@ def validate(item: str, data: bytes) -> LoadedImage:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as img:
+            with _open(io.BytesIO(data)) as img:
                 width, height = img.size
                 if width * height > MAX_IMAGE_PIXELS:
                     raise VMemInputError(
@@ -185,9 +216,9 @@ def validate(item: str, data: bytes) -> LoadedImage:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise VMemInputError(item, f"decompression bomb rejected: {exc}") from None
     except UnidentifiedImageError:
-        raise VMemInputError(item, "not an image PIL can decode") from None
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise VMemInputError(item, f"corrupt or truncated image: {exc}") from None
+        raise VMemInputError(item, f"not an image in a format read here ({', '.join(_readable_formats())})") from None
+    except Exception as exc:  # a decoder meeting bytes it did not expect may raise anything
+        raise VMemInputError(item, f"corrupt or truncated image: {exc!r}") from None
     return LoadedImage(data=data, format=fmt, width=width, height=height)
 
 
@@ -225,7 +256,7 @@ def region_crops(data: bytes, overlap: float = 0.2) -> List[bytes]:
     Tiles let a query that shows part of a stored picture (a crop, a detail) match the region it
     shows (DeliverMem's R1); they are PNG bytes ready for the image encoder.
     """
-    with Image.open(io.BytesIO(data)) as img:
+    with _open(io.BytesIO(data)) as img:
         img = to_rgb(img)
     w, h = img.size
     tw, th = round(w * (1 + overlap) / 2), round(h * (1 + overlap) / 2)
@@ -239,5 +270,5 @@ def region_crops(data: bytes, overlap: float = 0.2) -> List[bytes]:
 
 
 def open_rgb(path: Union[str, os.PathLike, io.BytesIO]) -> Image.Image:
-    with Image.open(path) as img:
+    with _open(path) as img:
         return to_rgb(img)

@@ -139,7 +139,24 @@ BAD_IMAGES: Dict[str, Tuple[Callable[[Path, Dict[str, Path]], Dict[str, Any]], s
     "path_of_wrong_type": (lambda d, ph: {"path": 123}, "image path must be a str or path, got int"),
     "two_sources": (lambda d, ph: {"path": str(ph["horse"]), "url": "https://example.com/h.png"},
                     "exactly one of path, bytes or url"),
+    # PIL hands EPS to Ghostscript, which this file keeps busy forever: not a format read here
+    "eps_that_never_ends": (lambda d, ph: {"bytes": b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n{ } loop\n"},
+                            "not an image in a format read here"),
+    "dds_with_an_unknown_pixel_format": (lambda d, ph: {"bytes": _dds_without_pixel_format()}, "not an image in a format read here"),
+    "nul_in_path": (lambda d, ph: {"path": str(d / "a\x00b.png")}, "contains NUL"),
+    "nul_in_file_url": (lambda d, ph: {"url": f"file://{d}/a%00b.png"}, "contains NUL"),
+    "unclosed_ipv6_url": (lambda d, ph: {"url": "http://[::1/a.png"}, "malformed URL"),
+    "space_in_host_url": (lambda d, ph: {"url": "http://exa mple.com/a.png"}, "cannot fetch"),
 }
+
+
+def _dds_without_pixel_format() -> bytes:
+    """A DDS file whose pixel-format flags are zeroed: PIL's DDS reader raises NotImplementedError."""
+    buf = io.BytesIO()
+    Image.new("RGBA", (4, 4)).save(buf, format="DDS")
+    data = bytearray(buf.getvalue())
+    data[80:84] = bytes(4)
+    return bytes(data)
 
 
 def _fifo(path: Path) -> Path:
@@ -195,6 +212,42 @@ def test_bad_image_in_second_round_of_batch(memory, fresh_image, bad_image):
     ]
     err = rejected(memory, lambda: memory.add_rounds(rounds), item="round D2:2 image D2:IMG_009")
     assert words in err.problem
+
+
+def test_a_url_that_trickles_its_image_is_given_up_at_the_deadline(memory, monkeypatch):
+    """A server sending a byte at a time never trips a per-read timeout; the fetch has one deadline."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    image = png_bytes((10, 200, 10))
+
+    class Trickle(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(image)))
+            self.end_headers()
+            try:
+                for byte in image:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except OSError:  # the reader gave up
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(image_io, "_URL_TIMEOUT_S", 0.5)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/green.png"
+        err = rejected(memory, lambda: memory.add_round(user="slow", images=[{"image_id": "G", "url": url}], round_key="D2:1"),
+                       item="round D2:1 image G")
+    finally:
+        server.shutdown()
+    assert "took over 0.5 s" in err.problem
 
 
 def test_bad_image_block_in_second_message_round(memory, fresh_image):
