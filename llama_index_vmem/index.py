@@ -245,10 +245,12 @@ class VMemIndex:
 
     def add_round_inputs(self, rounds: Sequence[RoundInput]) -> List[TextNode]:
         """Append rounds made by ``rounds_from_messages``."""
+        if not isinstance(rounds, Sequence) or not rounds or not all(isinstance(r, RoundInput) for r in rounds):
+            raise VMemInputError("rounds", f"must be a non-empty list of RoundInput, got {rounds!r:.200}")
         return self._commit(list(rounds))
 
-    async def aadd_round(self, **kwargs: Any) -> TextNode:
-        return await asyncio.to_thread(lambda: self.add_round(**kwargs))
+    async def aadd_round(self, *args: Any, **kwargs: Any) -> TextNode:
+        return await asyncio.to_thread(lambda: self.add_round(*args, **kwargs))
 
     async def aadd_rounds(self, rounds: Sequence[Mapping[str, Any]]) -> List[TextNode]:
         return await asyncio.to_thread(self.add_rounds, rounds)

@@ -15,6 +15,7 @@ from llama_index.core.base.llms.types import ChatMessage, ImageBlock, TextBlock
 from llama_index.core.schema import QueryBundle
 
 from . import images as image_io
+from .node_parser import message_extra, optional_str
 from .schema import VMemQueryBundle
 
 if TYPE_CHECKING:
@@ -31,8 +32,9 @@ def query_from_message(index: VMemIndex, message: ChatMessage) -> VMemQueryBundl
     block = attached_image(message)
     if block is None:
         return VMemQueryBundle(message_text(message))
-    captions = (message.additional_kwargs or {}).get("image_captions") or [None]
-    return VMemQueryBundle(message_text(message), image_path=_local_image(index, block), image_caption=captions[0])
+    captions = message_extra("message", message, "image_captions") or [None]
+    caption = optional_str("message", "image caption", captions[0])
+    return VMemQueryBundle(message_text(message), image_path=_local_image(index, block), image_caption=caption)
 
 
 def attached_image(message: ChatMessage) -> ImageBlock | None:

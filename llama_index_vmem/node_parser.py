@@ -9,6 +9,8 @@ the index writes their bytes when it commits the round.
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -87,7 +89,7 @@ def last_default_number(session_id: str, keys: Iterable[str]) -> int:
     """The highest ``n`` of the keys in ``session_id``'s default form (``D2:n``), 0 for none."""
     prefix = f"{session_id}:"
     numbers = (key[len(prefix):] for key in keys if key.startswith(prefix))
-    return max((int(n) for n in numbers if n.isdigit()), default=0)
+    return max((int(n) for n in numbers if _DEFAULT_NUMBER.fullmatch(n)), default=0)
 
 
 def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
@@ -98,12 +100,12 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
     if not isinstance(data, Mapping):
         raise VMemInputError(item, f"a round must be a dict, got {type(data).__name__}")
     key = data.get("round_key")
-    if isinstance(key, (str, int)) and not isinstance(key, bool) and str(key).strip():
+    if isinstance(key, (str, int)) and not isinstance(key, bool) and visible(str(key)):
         item = f"round {key}"
     known = {"user", "assistant", "images", "audio", "session_id", "timestamp", "round_key"}
     unknown = set(data) - known
     if unknown:
-        raise VMemInputError(item, f"unknown round fields {sorted(unknown)} (known: {sorted(known)})")
+        raise VMemInputError(item, f"unknown round fields {sorted(unknown, key=repr)} (known: {sorted(known)})")
     for key in ("user", "assistant"):
         if not isinstance(data.get(key, ""), str):
             raise VMemInputError(item, f"'{key}' must be a string, got {type(data[key]).__name__}")
@@ -117,7 +119,7 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
         name = f"{item} image {img['image_id'] if isinstance(img.get('image_id'), str) else i}"
         extra = set(img) - {"image_id", "path", "bytes", "url", "caption", "role"}
         if extra:
-            raise VMemInputError(name, f"unknown image fields {sorted(extra)}")
+            raise VMemInputError(name, f"unknown image fields {sorted(extra, key=repr)}")
         caption = img.get("caption")
         if caption is not None and not isinstance(caption, str):
             raise VMemInputError(name, f"'caption' must be a string, got {type(caption).__name__}")
@@ -127,7 +129,7 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
         parsed_images.append(
             ImageInput(
                 role=role,
-                image_id=optional_str(name, "image_id", img.get("image_id")),
+                image_id=optional_str(name, "image_id", img.get("image_id"), empty_ok=False),
                 path=img.get("path"),
                 data=img.get("bytes"),
                 url=img.get("url"),
@@ -135,7 +137,7 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
             )
         )
     audio = data.get("audio") or []
-    if isinstance(audio, str) or not all(isinstance(a, str) for a in audio):
+    if not isinstance(audio, (list, tuple)) or not all(isinstance(a, str) for a in audio):
         raise VMemInputError(item, "'audio' must be a list of transcript strings")
     return RoundInput(
         user=data.get("user", ""),
@@ -156,9 +158,15 @@ def optional_str(item: str, name: str, value: Any, empty_ok: bool = True) -> Opt
         raise VMemInputError(item, f"'{name}' must be a string, got {type(value).__name__}")
     if "\x00" in str(value):  # ids are derived from keys joined by NUL
         raise VMemInputError(item, f"'{name}' must not contain NUL")
-    if not empty_ok and not str(value).strip():
-        raise VMemInputError(item, f"'{name}' must not be empty (leave it out for the default)")
+    if not empty_ok and not visible(str(value)):
+        raise VMemInputError(item, f"'{name}' must have a visible character (leave it out for the default)")
     return str(value)
+
+
+def visible(text: Optional[str]) -> bool:
+    """Whether ``text`` shows anything: not only spaces, line breaks and invisible marks (zero-width
+    spaces, direction marks), which as an id look like no id and as a caption or transcript say nothing."""
+    return bool(text) and any(not c.isspace() and unicodedata.category(c) not in _INVISIBLE for c in text)
 
 
 def check_utf8(rounds: Sequence[RoundInput]) -> None:
@@ -183,6 +191,12 @@ def is_utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+#: Unicode categories that print nothing: controls, format marks, separators.
+_INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}
+#: The number of a default key (``D2:17``): ASCII digits, as many as an int holds without a fuss.
+_DEFAULT_NUMBER = re.compile(r"[0-9]{1,18}")
 
 
 def _printable(text: str) -> str:
@@ -291,10 +305,7 @@ class RoundNodeParser(NodeParser):
     # -- internals ----------------------------------------------------------------------------
 
     def _fill_from_message(self, item: str, msg: ChatMessage, target: RoundInput, role: str) -> None:
-        extra = msg.additional_kwargs or {}
-        ids = list(extra.get("image_ids") or [])
-        captions = list(extra.get("image_captions") or [])
-        transcripts = list(extra.get("transcripts") or [])
+        ids, captions, transcripts = (message_extra(item, msg, name) for name in ("image_ids", "image_captions", "transcripts"))
         texts: List[str] = []
         n_img = n_audio = 0
         for block in msg.blocks:
@@ -320,7 +331,7 @@ class RoundNodeParser(NodeParser):
         if block.image is not None and block.path is None:
             data = block.resolve_image(as_base64=False).read()
         return ImageInput(
-            image_id=optional_str(item, "image_id", ids[i]) if i < len(ids) else None,
+            image_id=optional_str(item, "image_id", ids[i], empty_ok=False) if i < len(ids) else None,
             path=str(block.path) if block.path is not None else None,
             data=data,
             url=str(block.url) if block.url is not None and block.path is None and data is None else None,
@@ -330,7 +341,9 @@ class RoundNodeParser(NodeParser):
 
     def _transcribe(self, item: str, block: AudioBlock, transcripts: List[Any], i: int) -> str:
         if i < len(transcripts):
-            return str(transcripts[i])
+            if not isinstance(transcripts[i], str):
+                raise VMemInputError(item, f"transcript must be a string, got {type(transcripts[i]).__name__}")
+            return transcripts[i]
         if self._transcriber is None:
             raise VMemInputError(item, "audio needs a transcript (additional_kwargs['transcripts']) or a transcriber")
         text = self._transcriber(block)
@@ -353,9 +366,8 @@ class RoundNodeParser(NodeParser):
         }
         pending: Dict[Path, images.LoadedImage] = {}
         image_units: List[Dict[str, Any]] = []
-        for i, img in enumerate(r.images):
-            image_id = _image_id(img, key, i)
-            if not img.has_pixels and not img.caption:
+        for img, image_id in zip(r.images, image_ids(r.images, key, item)):
+            if not img.has_pixels and not visible(img.caption):
                 raise VMemInputError(f"{item} image {image_id}", "has neither pixels nor a caption")
             path = None
             if img.has_pixels:
@@ -366,7 +378,7 @@ class RoundNodeParser(NodeParser):
                 )
                 path = self._image_path(loaded)
                 pending[path] = loaded
-            image_units.append({"image_id": image_id, "path": path, "caption": img.caption or ""})
+            image_units.append({"image_id": image_id, "path": path, "caption": img.caption if visible(img.caption) else ""})
 
         spans = round_spans(r, key)
         units: List[TextNode] = []
@@ -423,20 +435,41 @@ class RoundNodeParser(NodeParser):
         )
 
 
-def _image_id(img: ImageInput, round_key: str, index: int) -> str:
-    return img.image_id or f"{round_key}:IMG_{index + 1}"
+def image_ids(imgs: Sequence[ImageInput], round_key: str, item: str) -> List[str]:
+    """Each image's id: its own, or ``<round key>:IMG_<n>`` by position, moved past the ids its
+    round's other images were given, so every image a round shows can be named apart."""
+    given = [img.image_id for img in imgs if img.image_id]
+    repeated = next((i for i in given if given.count(i) > 1), None)
+    if repeated is not None:
+        raise VMemInputError(f"{item} image {repeated}", "two images of this round have this id")
+    taken, out = set(given), []
+    for position, img in enumerate(imgs, start=1):
+        image_id, n = img.image_id, position
+        while not image_id:
+            image_id = f"{round_key}:IMG_{n}" if f"{round_key}:IMG_{n}" not in taken else None
+            n += 1
+        taken.add(image_id)
+        out.append(image_id)
+    return out
+
+
+def message_extra(item: str, message: ChatMessage, name: str) -> List[Any]:
+    """``additional_kwargs[name]`` of a chat message: a list, one entry per image or audio block in order."""
+    value = (message.additional_kwargs or {}).get(name) or []
+    if not isinstance(value, (list, tuple)):
+        raise VMemInputError(item, f"additional_kwargs[{name!r}] must be a list, one per block, got {type(value).__name__}")
+    return list(value)
 
 
 def round_spans(r: RoundInput, round_key: str) -> List[Tuple[str, str]]:
     """The round's ``(role, text)`` spans, each image folded into the span of whoever shared it as
     ``[Image id] caption``: the text lane then matches what a picture shows (the paper's folding)."""
     folded: Dict[str, List[str]] = {schema.Role.USER.value: [], schema.Role.ASSISTANT.value: []}
-    for i, img in enumerate(r.images):
-        image_id = _image_id(img, round_key, i)
-        folded[img.role].append(f"[Image {image_id}] {img.caption}" if img.caption else f"[Image {image_id}]")
+    for img, image_id in zip(r.images, image_ids(r.images, round_key, f"round {round_key}")):
+        folded[img.role].append(f"[Image {image_id}] {img.caption}" if visible(img.caption) else f"[Image {image_id}]")
     return [
         (schema.Role.USER.value, "\n".join([r.user] + folded[schema.Role.USER.value]).strip()),
-        *[(schema.Role.AUDIO.value, f"[Audio: {t}]") for t in r.audio_transcripts],
+        *[(schema.Role.AUDIO.value, f"[Audio: {t}]") for t in r.audio_transcripts if visible(t)],
         (schema.Role.ASSISTANT.value, "\n".join([r.assistant] + folded[schema.Role.ASSISTANT.value]).strip()),
     ]
 

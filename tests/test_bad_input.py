@@ -284,7 +284,7 @@ def test_image_over_max_bytes(memory, monkeypatch, tmp_path, photos, via):
     assert f"over the {len(small) + 100}" in err.problem
 
 
-@pytest.mark.parametrize("caption", [None, ""])
+@pytest.mark.parametrize("caption", [None, "", "   ", "\u200b"])
 def test_image_with_neither_pixels_nor_caption(memory, fresh_image, caption):
     images = [fresh_image, {"image_id": "D2:IMG_005", "caption": caption}]
     err = rejected(
@@ -320,8 +320,9 @@ def test_empty_conversation(memory, call, item):
         (lambda m, img: m.add_rounds([{"user": "fine", "images": [img], "round_key": "D2:1"},
                                       {"round_key": "D2:2"}]), "round D2:2"),
         (lambda m, img: m.add_messages([user(""), assistant("")]), "round R3"),
+        (lambda m, img: m.add_round(audio=["", " \n"], round_key="D2:5"), "round D2:5"),
     ],
-    ids=["no_arguments", "whitespace_only", "second_round_of_batch", "empty_messages"],
+    ids=["no_arguments", "whitespace_only", "second_round_of_batch", "empty_messages", "blank_transcripts"],
 )
 def test_round_with_neither_text_nor_images(memory, fresh_image, call, item):
     err = rejected(memory, lambda: call(memory, fresh_image), item=item)
@@ -393,6 +394,18 @@ def test_a_default_key_moves_past_keys_callers_chose(make_index):
     assert [r.metadata["round_key"] for r in batch] == ["S:4", "S:3"]
     assert len(index) == 8
     assert [r.round.text for r in index.rounds(["R3", "S:1"])] == ["User: chosen", "User: chosen for a session"]
+    index.add_rounds([{"user": "odd digits", "session_id": "S", "round_key": "S:\u00b2"},
+                      {"user": "too many digits for an int", "session_id": "S", "round_key": "S:" + "9" * 5000}])
+    assert index.add_round(user="still numbered", session_id="S").metadata["round_key"] == "S:5"
+
+
+def test_a_default_image_id_moves_past_ids_callers_chose(memory):
+    import asyncio
+
+    node = asyncio.run(memory.aadd_round("two pictures", "nice", [{"caption": "a red bike"}, {"image_id": "K:IMG_1", "caption": "a blue car"}],
+                                         round_key="K"))
+    assert node.metadata[schema.IMAGE_IDS] == ["K:IMG_2", "K:IMG_1"]
+    assert "[Image K:IMG_2] a red bike" in node.text and "[Image K:IMG_1] a blue car" in node.text
 
 
 @pytest.mark.parametrize(
@@ -436,17 +449,39 @@ def test_text_that_is_not_utf8(memory, call, item, field):
         (lambda m: m.add_round(user="x", session_id=[1]), "round 0", "'session_id' must be a string, got list"),
         (lambda m: m.add_round(user="x", timestamp=3.5), "round 0", "'timestamp' must be a string, got float"),
         (lambda m: m.add_round(user="x", round_key=True), "round 0", "'round_key' must be a string, got bool"),
-        (lambda m: m.add_round(user="x", round_key=""), "round 0", "'round_key' must not be empty"),
-        (lambda m: m.add_round(user="x", round_key="  "), "round 0", "'round_key' must not be empty"),
-        (lambda m: m.add_round(user="x", session_id=""), "round 0", "'session_id' must not be empty"),
-        (lambda m: m.add_messages([user("hi"), assistant("yo")], session_id=""), "messages", "'session_id' must not be empty"),
+        (lambda m: m.add_round(user="x", round_key=""), "round 0", "'round_key' must have a visible character"),
+        (lambda m: m.add_round(user="x", round_key="  "), "round 0", "'round_key' must have a visible character"),
+        (lambda m: m.add_round(user="x", session_id=""), "round 0", "'session_id' must have a visible character"),
+        (lambda m: m.add_messages([user("hi"), assistant("yo")], session_id=""), "messages", "'session_id' must have a visible character"),
         (lambda m: m.add_rounds([{"user": "x", "audio": "a transcript"}]), "round 0", "'audio' must be a list"),
+        (lambda m: m.add_round(user="x", round_key="\u200b"), "round 0", "'round_key' must have a visible character"),
+        (lambda m: m.add_rounds([{"user": "x", 1: "a", "zz": 2}]), "round 0", "unknown round fields ['zz', 1]"),
+        (lambda m: m.add_round(user="x", images=[{"caption": "c", 1: "a", "zz": 2}]), "round 0 image 0", "unknown image fields ['zz', 1]"),
+        (lambda m: m.add_round(user="x", audio=5), "round 0", "'audio' must be a list"),
+        (lambda m: m.add_round(user="x", audio={"hello": 1}), "round 0", "'audio' must be a list"),
+        (lambda m: m.add_round(user="x", images=[{"image_id": " ", "caption": "c"}]), "round 0 image  ",
+         "'image_id' must have a visible character"),
+        (lambda m: m.add_round(user="x", round_key="D2:1", images=[{"image_id": "X", "caption": "a"}, {"image_id": "X", "caption": "b"}]),
+         "round D2:1 image X", "two images of this round have this id"),
+        (lambda m: m.add_messages([user(blocks=[TextBlock(text="hi"), AudioBlock(audio=b"RIFF")],
+                                        additional_kwargs={"transcripts": "hello world"})]),
+         "message 0", "additional_kwargs['transcripts'] must be a list"),
+        (lambda m: m.add_messages([user(blocks=[TextBlock(text="hi"), AudioBlock(audio=b"RIFF")],
+                                        additional_kwargs={"transcripts": [None]})]),
+         "message 0 audio 0", "transcript must be a string, got NoneType"),
+        (lambda m: m.add_messages([user(blocks=[TextBlock(text="hi")], additional_kwargs={"image_ids": "CAT_1"})]),
+         "message 0", "additional_kwargs['image_ids'] must be a list"),
+        (lambda m: m.add_round_inputs([]), "rounds", "non-empty list of RoundInput"),
+        (lambda m: m.add_round_inputs([{"user": "x"}]), "rounds", "non-empty list of RoundInput"),
     ],
     ids=[
         "user_int", "assistant_list", "add_messages_str", "add_messages_single_message", "add_rounds_dict",
         "round_not_a_dict", "unknown_round_field", "message_not_a_ChatMessage", "images_str", "images_dict",
         "image_not_a_dict", "unknown_image_field", "session_id_list", "timestamp_float", "round_key_bool",
         "round_key_empty", "round_key_blank", "session_id_empty", "add_messages_session_id_empty", "audio_str_in_dict",
+        "round_key_invisible", "round_fields_of_mixed_types", "image_fields_of_mixed_types", "audio_int", "audio_dict",
+        "image_id_blank", "image_id_twice_in_a_round", "transcripts_str", "transcript_none", "image_ids_str",
+        "round_inputs_empty", "round_inputs_dicts",
     ],
 )
 def test_wrong_types(memory, call, item, words):
