@@ -146,3 +146,38 @@ def test_memories_opened_at_once_with_an_encoder_that_does_not_state_its_size(tm
     finally:
         for m in memories:
             m.close()
+
+
+def test_a_path_reopened_while_its_last_handle_closes_opens(tmp_path, minilm, tiny_siglip):
+    """Closing flushes and unlocks the shards; an open of the same path meanwhile waits for it."""
+    import threading
+    import time
+
+    from llama_index_vmem import VMemIndex
+
+    index = VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip)
+    index.add_round(user="kept across the reopen", session_id="S")
+    flushing = threading.Event()
+
+    class SlowToFlush:
+        def __init__(self, shard):
+            self.shard = shard
+
+        def flush(self):
+            flushing.set()
+            time.sleep(0.5)
+            self.shard.flush()
+
+        def __getattr__(self, name):
+            return getattr(self.shard, name)
+
+    index.store._shards = {c: SlowToFlush(shard) for c, shard in index.store._shards.items()}
+    closing = threading.Thread(target=index.close)
+    closing.start()
+    assert flushing.wait(10)
+    again = VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip)
+    closing.join()
+    try:
+        assert [r.round.text for r in again.rounds()] == ["User: kept across the reopen"]
+    finally:
+        again.close()

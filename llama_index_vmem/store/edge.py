@@ -104,15 +104,15 @@ class EdgeLaneStore(LaneStore):
             shard.optimize()
 
     def close(self) -> None:
-        with _registry_lock:
+        with _registry_lock:  # held to the end: a reopen meanwhile would find the shards still locked
             self._refs -= 1
             if self._refs > 0:
                 return
             _registry.pop(str(self.path), None)
-        for shard in self._shards.values():
-            shard.flush()
-            shard.close()
-        self._shards.clear()
+            for shard in self._shards.values():
+                shard.flush()
+                shard.close()
+            self._shards.clear()
 
 
 def _with_indexes(shard: qe.EdgeShard) -> qe.EdgeShard:
