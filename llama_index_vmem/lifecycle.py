@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
 
 from dateutil import parser as dateparser
+from dateutil import tz
 from llama_index.core.schema import TextNode
 
 from . import schema
@@ -125,8 +126,8 @@ def forget(index: "VMemIndex", selection: Selection) -> int:
         store.upsert(Collection.ROUNDS, [new for _, new in relinked])
         store.delete(Collection.ROUNDS, scope)
     except BaseException:
-        _put_back(moved, trash)
         _restore(store, snapshot, relinked)
+        _put_back(moved, trash)
         raise
     shutil.rmtree(trash, ignore_errors=True)
     logger.info("memory %s: forgot %d rounds", index.memory_id, len(snapshot[Collection.ROUNDS]))
@@ -149,8 +150,13 @@ def _move_aside(files: List[Path], trash: Path) -> List[Path]:
 
 
 def _put_back(moved: List[Path], trash: Path) -> None:
+    """Each moved file back where it was. A cache folder that a reader made anew meanwhile stays
+    as it is, and what was set aside for it goes with the trash: it only held derived copies."""
     for i, path in enumerate(moved):
-        (trash / f"{i}-{path.name}").rename(path)
+        try:
+            (trash / f"{i}-{path.name}").rename(path)
+        except OSError as exc:
+            logger.warning("not put back after a failed forget: %s (%s)", path, exc)
 
 
 def sweep_trash(index: "VMemIndex") -> None:
@@ -182,14 +188,15 @@ def _relinks(index: "VMemIndex", removed: List[PointData]) -> List["Relink"]:
 
 
 def _unshared_images(index: "VMemIndex", removed: List[PointData], scope: Scope) -> List[Path]:
-    """Saved image files of the removed units that no kept unit still points at."""
+    """Saved image files of the removed units that no kept unit still points at. Files are named by
+    their content's hash, so names compare: one file may be recorded by two spellings of its path."""
     gone = {p.id for p in removed}
     kept: Set[str] = set()
     if scope.round_ids is not None:
-        kept = {h.payload.get(schema.IMAGE_PATH) for h in index.store.scroll(Collection.IMAGE, index.scope())
-                if h.id not in gone}
-    paths = {p.payload.get(schema.IMAGE_PATH) for p in removed} - kept - {None}
-    return sorted(Path(p) for p in paths)
+        kept = {Path(h.payload[schema.IMAGE_PATH]).name for h in index.store.scroll(Collection.IMAGE, index.scope())
+                if h.id not in gone and h.payload.get(schema.IMAGE_PATH)}
+    paths = {p.payload.get(schema.IMAGE_PATH) for p in removed} - {None}
+    return sorted(Path(p) for p in paths if Path(p).name not in kept)
 
 
 def _check_keys(keys: Optional[Iterable[str]]) -> Optional[List[str]]:
@@ -204,8 +211,11 @@ def _check_keys(keys: Optional[Iterable[str]]) -> Optional[List[str]]:
 
 
 def _check_id(item: str, value: object) -> Optional[str]:
-    """A session id or round key as ``add_rounds`` stores it (a number means its text), or None."""
-    text = optional_str(item, item, value, empty_ok=False)
+    """A session id or round key as ``add_rounds`` stores it (a number means its text), or None.
+    Only what no write ever stored is refused, so a key an earlier version took is still reached."""
+    text = optional_str(item, item, value)
+    if text == "":
+        raise VMemInputError(item, "must not be empty")
     if text is not None and not is_utf8(text):
         raise VMemInputError(item, f"{value!r} cannot be stored as UTF-8")
     return text
@@ -224,7 +234,10 @@ def _read_time(value: object) -> Optional[datetime]:
     What a string leaves out is its period's start ("2024" is 1 January 2024, "June 2024" is
     1 June), not today's month or day, so ranges do not shift with the calendar."""
     if isinstance(value, datetime):
-        return _without_zone(value)
+        try:
+            return _without_zone(value)
+        except OverflowError:  # a zone that moves it past the calendar's ends
+            return None
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day)
     if isinstance(value, str) and _YEAR.search(value):  # fuzzy parsing reads "Round 12" as a date
@@ -236,5 +249,9 @@ def _read_time(value: object) -> Optional[datetime]:
 
 
 def _without_zone(t: datetime) -> datetime:
-    """A time that names its zone, as UTC; one that names none, as written."""
-    return t.astimezone(timezone.utc).replace(tzinfo=None) if t.tzinfo is not None else t
+    """A time that names its offset, as UTC; one that names none, as written. ``dateutil`` gives a
+    zone name that happens to be this machine's as the local zone: that names no offset, or the
+    same text would select differently on machines in other zones."""
+    if t.tzinfo is None or isinstance(t.tzinfo, tz.tzlocal):
+        return t.replace(tzinfo=None)
+    return t.astimezone(timezone.utc).replace(tzinfo=None)

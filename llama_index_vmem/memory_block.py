@@ -37,7 +37,7 @@ from .index import VMemIndex
 from .messages import attached_image, message_text, query_from_message, today
 from .postprocessor import NeighborRoundPostprocessor
 from .retriever import VMemRetriever
-from .schema import VMemQueryBundle
+from .schema import VMemQueryBundle, visible
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def _storable(i: int, message: ChatMessage) -> ChatMessage | None:
     skipped = [type(b).__name__ for b in message.blocks if not isinstance(b, _STORED_BLOCKS)]
     if skipped:
         logger.info("not stored: %s of flushed message %d", ", ".join(skipped), i)
-    if not any(not isinstance(b, TextBlock) or b.text.strip() for b in blocks):
+    if not any(not isinstance(b, TextBlock) or visible(b.text) for b in blocks):
         logger.info("not stored: flushed %s message %d has no text, image or audio", message.role.value, i)
         return None
     role = MessageRole.USER if message.role == MessageRole.USER else MessageRole.ASSISTANT

@@ -16,14 +16,14 @@ from llama_index.core.schema import QueryBundle
 
 from . import images as image_io
 from .node_parser import message_extra, optional_str
-from .schema import VMemQueryBundle
+from .schema import VMemQueryBundle, visible
 
 if TYPE_CHECKING:
     from .index import VMemIndex
 
 
 def message_text(message: ChatMessage) -> str:
-    return "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and b.text.strip())
+    return "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and visible(b.text))
 
 
 def query_from_message(index: VMemIndex, message: ChatMessage) -> VMemQueryBundle:

@@ -10,7 +10,6 @@ the index writes their bytes when it commits the round.
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -28,6 +27,7 @@ from llama_index.core.schema import (
 from pydantic import Field, PrivateAttr
 
 from . import images, schema
+from .schema import visible
 from .errors import VMemInputError
 
 #: Turns an audio block into its transcript.
@@ -129,7 +129,7 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
         parsed_images.append(
             ImageInput(
                 role=role,
-                image_id=optional_str(name, "image_id", img.get("image_id"), empty_ok=False),
+                image_id=optional_str(name, "image_id", img.get("image_id")),
                 path=img.get("path"),
                 data=img.get("bytes"),
                 url=img.get("url"),
@@ -163,11 +163,6 @@ def optional_str(item: str, name: str, value: Any, empty_ok: bool = True) -> Opt
     return str(value)
 
 
-def visible(text: Optional[str]) -> bool:
-    """Whether ``text`` shows anything: not only spaces, line breaks and invisible marks (zero-width
-    spaces, direction marks), which as an id look like no id and as a caption or transcript say nothing."""
-    return bool(text) and any(not c.isspace() and unicodedata.category(c) not in _INVISIBLE for c in text)
-
 
 def check_utf8(rounds: Sequence[RoundInput]) -> None:
     """Refuse text that cannot be stored as UTF-8 (a lone surrogate, as a careless decode leaves),
@@ -193,8 +188,6 @@ def is_utf8(text: str) -> bool:
     return True
 
 
-#: Unicode categories that print nothing: controls, format marks, separators.
-_INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}
 #: The number of a default key (``D2:17``): ASCII digits, as many as an int holds without a fuss.
 _DEFAULT_NUMBER = re.compile(r"[0-9]{1,18}")
 
@@ -319,7 +312,7 @@ class RoundNodeParser(NodeParser):
                 n_audio += 1
             else:
                 raise VMemInputError(item, f"unsupported content block {type(block).__name__}")
-        text = "\n".join(t for t in texts if t.strip())
+        text = "\n".join(t for t in texts if visible(t))
         if role == schema.Role.USER.value:
             target.user = text
         else:
@@ -331,7 +324,7 @@ class RoundNodeParser(NodeParser):
         if block.image is not None and block.path is None:
             data = block.resolve_image(as_base64=False).read()
         return ImageInput(
-            image_id=optional_str(item, "image_id", ids[i], empty_ok=False) if i < len(ids) else None,
+            image_id=optional_str(item, "image_id", ids[i]) if i < len(ids) else None,
             path=str(block.path) if block.path is not None else None,
             data=data,
             url=str(block.url) if block.url is not None and block.path is None and data is None else None,
@@ -383,7 +376,7 @@ class RoundNodeParser(NodeParser):
         spans = round_spans(r, key)
         units: List[TextNode] = []
         for role, text in spans:
-            if text:
+            if visible(text):
                 units.append(self._text_unit(shared, len(units), role, text))
         for img in image_units:
             units.append(self._image_unit(shared, len(units), img))
@@ -436,15 +429,15 @@ class RoundNodeParser(NodeParser):
 
 
 def image_ids(imgs: Sequence[ImageInput], round_key: str, item: str) -> List[str]:
-    """Each image's id: its own, or ``<round key>:IMG_<n>`` by position, moved past the ids its
-    round's other images were given, so every image a round shows can be named apart."""
-    given = [img.image_id for img in imgs if img.image_id]
+    """Each image's id: its own, or (given none that shows) ``<round key>:IMG_<n>`` by position,
+    moved past the ids its round's other images were given, so every image it shows can be named apart."""
+    given = [img.image_id for img in imgs if visible(img.image_id)]
     repeated = next((i for i in given if given.count(i) > 1), None)
     if repeated is not None:
         raise VMemInputError(f"{item} image {repeated}", "two images of this round have this id")
     taken, out = set(given), []
     for position, img in enumerate(imgs, start=1):
-        image_id, n = img.image_id, position
+        image_id, n = img.image_id if visible(img.image_id) else None, position
         while not image_id:
             image_id = f"{round_key}:IMG_{n}" if f"{round_key}:IMG_{n}" not in taken else None
             n += 1
@@ -477,4 +470,4 @@ def round_spans(r: RoundInput, round_key: str) -> List[Tuple[str, str]]:
 def round_text(spans: List[Tuple[str, str]]) -> str:
     """What the answering model reads for a round."""
     labels = {schema.Role.USER.value: "User", schema.Role.ASSISTANT.value: "Assistant", schema.Role.AUDIO.value: "User"}
-    return "\n".join(f"{labels[role]}: {text}" for role, text in spans if text)
+    return "\n".join(f"{labels[role]}: {text}" for role, text in spans if visible(text))

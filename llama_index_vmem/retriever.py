@@ -112,7 +112,7 @@ class VMemRetriever(BaseRetriever):
         """Retrieve, returning the route plan and anchors too; ``VMemConfig`` fields override per query."""
         if isinstance(query_bundle, str):
             query_bundle = QueryBundle(query_bundle)
-        if not query_bundle.query_str.strip() and not query_bundle.image_path and not schema.query_image_caption(query_bundle):
+        if not schema.visible(query_bundle.query_str) and not query_bundle.image_path and not schema.query_image_caption(query_bundle):
             raise VMemInputError("query", "is empty: ask with text, an image, or both")  # it would rank rounds at random
         plan = self.route(query_bundle, **overrides)
         anchors = {a: self._anchor(a, query_bundle, plan.config) for a in plan.anchors}

@@ -7,6 +7,7 @@ that knows how one becomes the other, so a payload key is renamed here or nowher
 
 from __future__ import annotations
 
+import unicodedata
 import uuid
 from dataclasses import dataclass
 from enum import Enum
@@ -145,4 +146,15 @@ class VMemQueryBundle(QueryBundle):
 
 def query_image_caption(query: QueryBundle) -> Optional[str]:
     """The attached image's caption, for any ``QueryBundle`` (only ``VMemQueryBundle`` carries one)."""
-    return getattr(query, "image_caption", None) or None
+    caption = getattr(query, "image_caption", None)
+    return caption if visible(caption) else None
+
+
+#: Unicode categories that print nothing: controls, format marks, separators.
+_INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}
+
+
+def visible(text: Optional[str]) -> bool:
+    """Whether ``text`` shows anything: not only spaces, line breaks and invisible marks (zero-width
+    spaces, direction marks), which as an id look like no id and as content say nothing."""
+    return bool(text) and any(not c.isspace() and unicodedata.category(c) not in _INVISIBLE for c in text)

@@ -376,7 +376,10 @@ def test_what_would_fail_after_the_run_is_refused_before_it(tmp_path):
 
 
 def test_names_are_trimmed_and_given_once():
-    assert cli._names(" vmem, stock-bm25 ,vmem,, ") == ["vmem", "stock-bm25"]
+    from llama_index_vmem.bench.harness import names, rung_names
+
+    assert names(" vmem, stock-bm25 ,vmem,, ") == names(["vmem", " stock-bm25", "vmem"]) == ["vmem", "stock-bm25"]
+    assert rung_names("rounds, vanilla") == rung_names(["rounds", "vanilla", "rounds"]) == ["rounds", "vanilla"]
 
 
 def test_a_run_without_vmem_scores_no_context_and_writes_into_new_folders(tmp_path):

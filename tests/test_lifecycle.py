@@ -178,6 +178,26 @@ def test_filters_take_ids_as_add_rounds_does_times_by_their_zone_and_name_what_t
     assert index.forget(k for k in ["5:1"]) == 1 and index.forget(session_id=5) == 1 and len(index) == 0
 
 
+@pytest.fixture
+def new_york_clock(monkeypatch):
+    """This machine's clock set to New York time, and back afterwards."""
+    import time
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_zone_name_that_is_this_machines_own_selects_as_a_time_without_a_zone(open_memory, new_york_clock):
+    """dateutil reads "EST" as the local zone only where the clock is New York's; a selection must
+    not change with the machine it runs on, so such a time counts as written."""
+    index = open_memory()
+    index.add_round(user="morning call", assistant="ok", session_id="A", timestamp="2024-06-17 10:00 EST")
+    assert [r.round.metadata["round_key"] for r in index.rounds(since="2024-06-17 09:30", until="2024-06-17 12:00")] == ["A:1"]
+
+
 def test_forget_needs_a_filter_and_names_bad_ones(open_memory, photos):
     index = open_memory()
     index.add_rounds(_conversation(photos))
@@ -220,6 +240,45 @@ def test_a_failed_forget_leaves_everything_as_it_was(open_memory, photos, monkey
     monkeypatch.undo()
     _assert_unchanged(index, before)
     assert _answers(index, photos) == answers
+
+
+def test_a_failed_forget_restores_the_points_though_a_reader_made_a_cache_anew(open_memory, photos, monkeypatch):
+    """A pixel delivery during the forget recreates the cache folder it had moved aside; putting the
+    old cache back then fails, and must neither hide the store's error nor skip its restore."""
+    index = open_memory()
+    index.add_rounds(_conversation(photos))
+    index.as_query_engine(llm=MockLLM(), delivery="pixels").query(VMemQueryBundle("Which photo?", image_path=str(photos["coffee"])))
+    before, answers = _snapshot(index), _answers(index, photos)
+    pictures = sorted(p.name for p in index.image_dir.iterdir() if p.is_file())
+    real_delete = index.store.delete
+
+    def delete(collection, scope):
+        index.delivered_dir.mkdir(parents=True, exist_ok=True)
+        (index.delivered_dir / "made-meanwhile.png").write_bytes(b"a fresh copy")
+        real_delete(collection, scope)
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(index.store, "delete", delete)
+    with pytest.raises(RuntimeError, match="disk full"):
+        index.forget(["D1:1", "D2:1"])
+    monkeypatch.undo()
+    points, _ = _snapshot(index)
+    assert [[(i, p) for i, p, _ in points[c]] for c in Collection] == [[(i, p) for i, p, _ in before[0][c]] for c in Collection]
+    assert _answers(index, photos) == answers
+    assert sorted(p.name for p in index.image_dir.iterdir() if p.is_file()) == pictures, "the pictures are back; a cache may not be"
+
+
+def test_forget_keeps_a_picture_a_kept_round_records_by_another_spelling(open_memory, photos, monkeypatch):
+    """An earlier version stored the path as given (relative); rounds added since store it absolute."""
+    index = open_memory()
+    index.add_rounds(_conversation(photos))  # D1:1 and D2:2 show the same cat
+    [cat] = [p for p in index.store.points(Collection.IMAGE, index.scope()) if p.payload["round_key"] == "D1:1"]
+    monkeypatch.chdir(index.image_dir)
+    cat.payload["image_path"] = Path(cat.payload["image_path"]).name
+    index.store.upsert(Collection.IMAGE, [cat])
+    index.forget(["D1:1"])
+    [kept] = [u for r in index.rounds(["D2:2"]) for u in r.units if u.metadata.get("image_id") == "D2:IMG_2"]
+    assert Path(kept.image_path).is_file()
 
 
 def test_export_then_import_answers_identically_on_another_backend(open_memory, photos, tmp_path, minilm, tiny_siglip):

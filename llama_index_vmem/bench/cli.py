@@ -29,11 +29,6 @@ def _positive(text: str) -> int:
     return value
 
 
-def _names(text: str) -> List[str]:
-    """A comma list, trimmed, each name once."""
-    return list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vmem-bench", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -41,9 +36,9 @@ def _parser() -> argparse.ArgumentParser:
         b = sub.add_parser(name, help=f"run the {name} benchmark")
         b.add_argument("paths", nargs="+", type=Path)
         b.add_argument("--k", type=_positive, default=10)
-        b.add_argument("--config", type=_names, default="anchors",
+        b.add_argument("--config", default="anchors",
                        help="vmem rungs to run: comma list of vanilla,routing,rounds,anchors or 'ladder' (anchors is 'vmem')")
-        b.add_argument("--systems", type=_names, default=DEFAULT_SYSTEMS, help=f"comma list (default {DEFAULT_SYSTEMS})")
+        b.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"comma list (default {DEFAULT_SYSTEMS})")
         b.add_argument("--image-root", type=Path, help="where the images live when not next to the JSON")
         b.add_argument("--llm", help="anchors and answers: openai:MODEL, openai-like:MODEL@BASE_URL or package.module:Class")
         b.add_argument("--llm-kwargs", help='JSON arguments for the LLM, e.g. \'{"model": "qwen2.5vl:7b"}\'')

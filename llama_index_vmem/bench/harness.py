@@ -25,14 +25,20 @@ logger = logging.getLogger(__name__)
 BENCHMARK_CONFIGS = {"memgallery": VMemConfig(aggregation_enabled=False), "locomo": VMemConfig()}
 
 
+def names(spec: Union[str, Sequence[str]]) -> List[str]:
+    """Names from a comma list or a sequence, trimmed, each once, in order."""
+    items = spec.split(",") if isinstance(spec, str) else spec
+    return list(dict.fromkeys(name.strip() for name in items if name.strip()))
+
+
 def rung_names(rungs: Union[str, Sequence[str]]) -> List[str]:
-    """The rungs to run: names from ``RUNGS`` (one name or several), or ``"ladder"`` for all of them."""
-    names = [rungs] if isinstance(rungs, str) else list(rungs)
-    if names == ["ladder"]:
+    """The rungs to run: names from ``RUNGS``, or ``"ladder"`` for all of them."""
+    chosen = names(rungs)
+    if chosen == ["ladder"]:
         return list(RUNGS)
-    if not names or set(names) - set(RUNGS):
-        raise SystemExit(f"--config {','.join(names)!r}: choose rungs from {list(RUNGS)} (comma list) or 'ladder'")
-    return names
+    if not chosen or set(chosen) - set(RUNGS):
+        raise SystemExit(f"--config {','.join(chosen)!r}: choose rungs from {list(RUNGS)} (comma list) or 'ladder'")
+    return chosen
 
 
 def system_name(rung: str) -> str:
@@ -78,7 +84,7 @@ def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[s
     return out, skipped, build
 
 
-def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k: int, systems: Sequence[str],
+def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k: int, systems: Union[str, Sequence[str]],
                   rungs: Union[str, Sequence[str]] = "anchors", llm: Optional[LLM] = None, qa: bool = False,
                   judge_prompt: Optional[Path] = None, show_progress: bool = True, delivery: str = "text") -> Dict[str, Any]:
     """Every system over every conversation, as ``results.json`` holds it.
@@ -86,12 +92,12 @@ def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k:
     Stock systems run in spawned worker processes, so a script that calls this must guard its
     entry point with ``if __name__ == "__main__":`` (spawn re-imports the script).
     """
-    names = rung_names(rungs)
+    rungs, systems = rung_names(rungs), names(systems)
     config = BENCHMARK_CONFIGS.get(benchmark, VMemConfig())
     config = config.override(k=max(config.k, k))  # rankings are cut at K: vmem returns at least K rounds, as stock does
-    if "vmem" not in systems and names != ["anchors"]:
-        logger.warning("--config %s applies to vmem, which is not among the systems", ",".join(names))
-    made, skipped, build = make_systems(conversations, systems, names, llm, delivery, config)
+    if "vmem" not in systems and rungs != ["anchors"]:
+        logger.warning("--config %s applies to vmem, which is not among the systems", ",".join(rungs))
+    made, skipped, build = make_systems(conversations, systems, rungs, llm, delivery, config)
     vmem_names = [s.name for s in made if isinstance(s, VMemSystem)]
     budget = "vmem" if "vmem" in vmem_names else next(iter(vmem_names), None)
     try:
