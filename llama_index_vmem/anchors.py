@@ -32,6 +32,7 @@ from pydantic import PrivateAttr
 
 from .images import is_url
 from .prompts import ENRICHED_ANCHOR_PROMPT, HYPO_CAPTION_PROMPT
+from .schema import is_utf8, visible
 
 
 class _CachedAnchorTransform(BaseQueryTransform):
@@ -62,20 +63,20 @@ class _CachedAnchorTransform(BaseQueryTransform):
             self._prompt = prompts[self.prompt_key]
             self._cache.clear()
 
-    def _cache_key(self, query: QueryBundle) -> Tuple[str, ...]:
+    def _cache_key(self, query: QueryBundle, metadata: Dict) -> Tuple[str, ...]:
         return (self._prompt.get_template(), query.query_str, _image_fingerprint(query.image_path))
 
     def _run(self, query_bundle: QueryBundle, metadata: Dict) -> QueryBundle:
-        key = self._cache_key(query_bundle)
+        key = self._cache_key(query_bundle, metadata)
         with self._lock:
             anchor = self._cache.get(key)
         if anchor is None:
-            anchor = self._make_anchor(query_bundle)
+            anchor = self._make_anchor(query_bundle, metadata)
             with self._lock:
                 self._cache[key] = anchor
         return replace(query_bundle, query_str=anchor, custom_embedding_strs=[anchor], embedding=None)
 
-    def _make_anchor(self, query: QueryBundle) -> str:
+    def _make_anchor(self, query: QueryBundle, metadata: Dict) -> str:
         raise NotImplementedError
 
 
@@ -88,13 +89,14 @@ class HypoCaptionTransform(_CachedAnchorTransform):
     def default_prompt(cls) -> BasePromptTemplate:
         return HYPO_CAPTION_PROMPT
 
-    def _make_anchor(self, query: QueryBundle) -> str:
+    def _make_anchor(self, query: QueryBundle, metadata: Dict) -> str:
         caption = self._llm.predict(self._prompt, q=query.query_str).strip()
-        return caption or query.query_str
+        return caption if visible(caption) and is_utf8(caption) else query.query_str
 
 
 class EnrichedAnchorTransform(_CachedAnchorTransform):
-    """Append to the question the keywords a vision LLM reads off the attached image."""
+    """Append to the question the keywords a vision LLM reads off the attached image: at most
+    ``max_keywords``, or the ``max_keywords`` of the ``metadata`` a caller runs it with."""
 
     prompt_key = "enriched_anchor_prompt"
 
@@ -106,12 +108,18 @@ class EnrichedAnchorTransform(_CachedAnchorTransform):
     def default_prompt(cls) -> BasePromptTemplate:
         return ENRICHED_ANCHOR_PROMPT
 
-    def _make_anchor(self, query: QueryBundle) -> str:
+    def _cache_key(self, query: QueryBundle, metadata: Dict) -> Tuple[str, ...]:
+        return (*super()._cache_key(query, metadata), str(self._max_keywords(metadata)))
+
+    def _max_keywords(self, metadata: Dict) -> int:
+        return metadata.get("max_keywords", self.max_keywords)
+
+    def _make_anchor(self, query: QueryBundle, metadata: Dict) -> str:
         if not query.image_path:
             return query.query_str
         blocks: List[Any] = [_image_block(query.image_path), TextBlock(text=self._prompt.format(q=query.query_str))]
         reply = self._llm.chat([ChatMessage(role=MessageRole.USER, blocks=blocks)]).message.content or ""
-        keywords = parse_keywords(reply)[: self.max_keywords]
+        keywords = parse_keywords(reply)[: self._max_keywords(metadata)]
         return " ".join([query.query_str, *keywords])
 
 
@@ -121,8 +129,8 @@ def parse_keywords(reply: str) -> List[str]:
     if match:
         try:
             value = json.loads(match.group(0)).get("keywords", [])
-            if isinstance(value, list):
-                return [str(k).strip() for k in value if str(k).strip()]
+            if isinstance(value, list):  # words only: a number or a nested object says nothing to search with
+                return [k.strip() for k in value if isinstance(k, str) and visible(k) and is_utf8(k)]
         except (json.JSONDecodeError, AttributeError):
             pass
     return []

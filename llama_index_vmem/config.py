@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Dict
+
+from .errors import VMemInputError
+
+#: Smallest value of the int fields that must be positive (the others may be 0).
+_LEAST: Dict[str, int] = {"candidate_pool": 1}
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,16 @@ class VMemConfig:
     round_level: bool = True
     #: Ablation: search cross-modal cases with LLM-written anchors. False keeps the raw query.
     anchors: bool = True
+
+    def __post_init__(self) -> None:
+        """Refuse, when the config is made, values retrieval would fail on or misread later (a
+        negative k cuts from the end, a float k fails to slice, a kappa of -1 divides by zero)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool" and not isinstance(value, bool):
+                raise VMemInputError(f"config {f.name}", f"must be True or False, got {value!r}")
+            if f.type == "int" and (type(value) is not int or value < _LEAST.get(f.name, 0)):
+                raise VMemInputError(f"config {f.name}", f"must be a whole number of at least {_LEAST.get(f.name, 0)}, got {value!r}")
 
     def override(self, **changes: Any) -> "VMemConfig":
         """A copy with some fields changed; ``None`` values keep the current field."""

@@ -6,6 +6,7 @@ the rankings fused by RRF, so bounded cosine and unbounded BM25 never compete on
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Mapping, Sequence, Set
 
@@ -48,15 +49,19 @@ def rank_rounds(hits: Iterable[Hit], key: Callable[[Hit], str] = round_of) -> Li
 
 
 def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], str] = round_of) -> List[Fused]:
-    """score(r) = sum over signals of 1 / (kappa + rank); ties go to the earlier round."""
+    """score(r) = sum over signals of 1 / (kappa + rank); ties go to the earlier round.
+
+    The sum is exact-rounded (``fsum``), so rounds with the same ranks in another order tie exactly
+    rather than by the order the floats were added in."""
     fused: Dict[str, Fused] = {}
     for signal, hits in rankings.items():
         for rank, hit in enumerate(hits, start=1):
             rid = key(hit)
             entry = fused.setdefault(rid, Fused(rid, int(hit.payload.get(schema.SEQ, 0))))
-            entry.score += 1.0 / (kappa + rank)
             entry.ranks[signal] = rank
             entry.best_units[signal] = hit
+    for entry in fused.values():
+        entry.score = math.fsum(1.0 / (kappa + rank) for rank in entry.ranks.values())
     return sorted(fused.values(), key=lambda r: (-r.score, r.seq))
 
 

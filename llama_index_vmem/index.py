@@ -35,7 +35,7 @@ from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedd
 from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
 from .lifecycle import Selection, StoredRound, TimeLike
-from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_utf8, default_round_key, is_utf8, last_default_number, round_input_from_dict
+from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_utf8, default_round_key, last_default_number, round_input_from_dict
 from .store import Collection, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
 
 if TYPE_CHECKING:
@@ -564,7 +564,7 @@ def _settings_llm() -> LLM:
 
 
 def _check_memory_id(memory_id: Any) -> None:
-    if not isinstance(memory_id, str) or not memory_id or "\x00" in memory_id or not is_utf8(memory_id):
+    if not isinstance(memory_id, str) or not memory_id or "\x00" in memory_id or not schema.is_utf8(memory_id):
         raise VMemInputError("memory_id", f"must be a non-empty UTF-8 string without NUL, got {memory_id!r}")
 
 

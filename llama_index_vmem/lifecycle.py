@@ -26,7 +26,7 @@ from llama_index.core.schema import TextNode
 
 from . import schema
 from .errors import VMemInputError
-from .node_parser import is_utf8, optional_str
+from .node_parser import optional_str
 from .store import Collection, Hit, PointData, Scope
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ def _check_id(item: str, value: object) -> Optional[str]:
     text = optional_str(item, item, value)
     if text == "":
         raise VMemInputError(item, "must not be empty")
-    if text is not None and not is_utf8(text):
+    if text is not None and not schema.is_utf8(text):
         raise VMemInputError(item, f"{value!r} cannot be stored as UTF-8")
     return text
 

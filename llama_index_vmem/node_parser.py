@@ -27,7 +27,7 @@ from llama_index.core.schema import (
 from pydantic import Field, PrivateAttr
 
 from . import images, schema
-from .schema import visible
+from .schema import is_utf8, visible
 from .errors import VMemInputError
 
 #: Turns an audio block into its transcript.
@@ -178,14 +178,6 @@ def check_utf8(rounds: Sequence[RoundInput]) -> None:
             if isinstance(value, str) and not is_utf8(value):
                 item = f"round {_printable(r.round_key) if r.round_key else i}"
                 raise VMemInputError(item, f"'{name}' is not valid UTF-8 text (it holds a lone surrogate)")
-
-
-def is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 #: The number of a default key (``D2:17``): ASCII digits, as many as an int holds without a fuss.

@@ -112,6 +112,9 @@ class VMemRetriever(BaseRetriever):
         """Retrieve, returning the route plan and anchors too; ``VMemConfig`` fields override per query."""
         if isinstance(query_bundle, str):
             query_bundle = QueryBundle(query_bundle)
+        for item, text in (("query", query_bundle.query_str), ("query image caption", getattr(query_bundle, "image_caption", ""))):
+            if text is not None and (not isinstance(text, str) or not schema.is_utf8(text)):
+                raise VMemInputError(item, f"must be UTF-8 text, got {text!r:.80}")
         if not schema.visible(query_bundle.query_str) and not query_bundle.image_path and not schema.query_image_caption(query_bundle):
             raise VMemInputError("query", "is empty: ask with text, an image, or both")  # it would rank rounds at random
         plan = self.route(query_bundle, **overrides)
@@ -142,7 +145,7 @@ class VMemRetriever(BaseRetriever):
             return self._transform(self.hypo_caption, query)
         if anchor is Anchor.ENRICHED:
             if query.image_path and self.enriched_anchor is not None:
-                return self._transform(self.enriched_anchor, query)
+                return self._transform(self.enriched_anchor, query, {"max_keywords": config.max_anchor_keywords})
             caption = schema.query_image_caption(query)
             why = "no LLM" if query.image_path else "attached image has no pixels"
             if caption:
@@ -156,11 +159,11 @@ class VMemRetriever(BaseRetriever):
         return AnchorValue(query.query_str, "raw query")
 
     @staticmethod
-    def _transform(transform: Any, query: QueryBundle) -> AnchorValue:
+    def _transform(transform: Any, query: QueryBundle, metadata: Optional[Dict[str, Any]] = None) -> AnchorValue:
         if transform is None:
             return AnchorValue(query.query_str, "raw query (no LLM)")
         start = time.perf_counter()
-        text = transform.run(query).query_str
+        text = transform.run(query, metadata).query_str
         return AnchorValue(text, "llm", time.perf_counter() - start)
 
     def _eligible_rounds(self, plan: RoutePlan) -> Optional[Set[str]]:
@@ -176,6 +179,8 @@ class VMemRetriever(BaseRetriever):
         index = self._index
         if signal.vector == schema.VISUAL:
             vector: Any = index.encode_query_image(anchor.text)
+        elif not schema.visible(anchor.text):  # an image asked about in no words: its text would rank at random
+            return []
         elif signal.vector == schema.TEXT_SPARSE:
             vector = index.bm25.query(anchor.text)
         else:

@@ -20,6 +20,8 @@ from .config import VMemConfig
 from .store.base import Collection
 
 _IMAGE_NOUNS = r"(?:images?|photos?|photographs?|pictures?|pics?|screenshots?|illustrations?)"
+#: A plain word between a rule's keywords: letters of any script, or digits ("the 2023 photo").
+_WORD = r"[^\W_]+"
 
 
 def _rx(pattern: str) -> Pattern[str]:
@@ -33,15 +35,15 @@ class KeywordRules:
     #: Asks *which* image/photo/picture: "Which image shown on 2024-06-17 ...", "which of the photos".
     #: Up to two plain words may sit between (``which of the images``); "which city is in the
     #: picture" does not match, so a fact about a picture stays a text target.
-    which_image: Pattern[str] = _rx(rf"\bwhich\s+(?:[a-z]+\s+){{0,2}}?{_IMAGE_NOUNS}\b")
+    which_image: Pattern[str] = _rx(rf"\bwhich\s+(?:{_WORD}\s+){{0,2}}?{_IMAGE_NOUNS}\b")
     #: Counts images: "how many pictures of dogs ...". Image target, and no hypo-caption.
-    count_images: Pattern[str] = _rx(rf"\bhow\s+many\s+(?:[a-z]+\s+){{0,2}}?{_IMAGE_NOUNS}\b")
+    count_images: Pattern[str] = _rx(rf"\bhow\s+many\s+(?:{_WORD}\s+){{0,2}}?{_IMAGE_NOUNS}\b")
     #: Asks to be shown an image: "show me the photo of ...".
-    show_image: Pattern[str] = _rx(rf"\b(?:show|send|find)\s+(?:me\s+)?(?:the|a|that|those|all)?\s*(?:[a-z]+\s+){{0,2}}?{_IMAGE_NOUNS}\b")
+    show_image: Pattern[str] = _rx(rf"\b(?:show|send|find)\s+(?:me\s+)?(?:(?:the|a|that|those|all)\s+)?(?:{_WORD}\s+){{0,2}}?{_IMAGE_NOUNS}\b")
     #: Aggregation: counting, enumeration, or a set of items ("what books has ...").
     aggregation: Pattern[str] = _rx(
         r"\bhow\s+many\b|\blist\b|\benumerate\b|\bin\s+what\s+ways\b|\bname\s+all\b|\bwhat\s+are\s+(?:all|some)\b"
-        r"|\bwhat\s+(?:[a-z]+\s+){0,2}?[a-z]+s\s+(?:has|have|did|does|do)\b"
+        rf"|\bwhat\s+(?:{_WORD}\s+){{0,2}}?{_WORD}s\s+(?:has|have|did|does|do)\b"
     )
     #: Contradiction questions take the conflict prompt.
     conflict: Pattern[str] = _rx(r"\bconflict\w*|\bcontradict\w*|\binconsisten\w*")
@@ -180,7 +182,7 @@ class ModalityRouter:
         return RoutePlan(
             case=case,
             signals=signals,
-            k=config.aggregation_k if aggregation else config.k,
+            k=max(config.aggregation_k, config.k) if aggregation else config.k,
             neighbor_window=0 if aggregation or not config.round_level else config.neighbor_window,
             image_filter_window=config.image_filter_window if wants_image else None,
             return_images=wants_image,

@@ -154,6 +154,15 @@ def query_image_caption(query: QueryBundle) -> Optional[str]:
 _INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}
 
 
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be stored and encoded: a lone surrogate, as a careless decode leaves, cannot."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def visible(text: Optional[str]) -> bool:
     """Whether ``text`` shows anything: not only spaces, line breaks and invisible marks (zero-width
     spaces, direction marks), which as an id look like no id and as content say nothing."""

@@ -597,6 +597,23 @@ def test_memory_usable_after_rejected_call(memory, fresh_image, tmp_path):
     assert len(list(memory.image_dir.rglob("*"))) == 2
 
 
+@pytest.mark.parametrize("overrides, item", [
+    (dict(similarity_top_k=-1), "config k"), (dict(k=2.0), "config k"), (dict(k=True), "config k"),
+    (dict(rrf_kappa=-1), "config rrf_kappa"), (dict(candidate_pool=0), "config candidate_pool"),
+    (dict(neighbor_window=1.5), "config neighbor_window"), (dict(routing=1), "config routing"),
+], ids=["negative_k", "float_k", "bool_k", "negative_kappa", "empty_pool", "float_window", "int_as_bool"])
+def test_a_config_value_retrieval_would_misread_is_refused_when_the_retriever_is_made(memory, overrides, item):
+    rejected(memory, lambda: memory.as_retriever(**overrides), item=item)
+
+
+@pytest.mark.parametrize("query, item", [
+    ("cat \ud800 name", "query"), (VMemQueryBundle("cat", image_caption=123), "query image caption"),
+    (VMemQueryBundle("cat", image_caption="a \udce9 cat"), "query image caption"),
+], ids=["lone_surrogate", "caption_int", "caption_surrogate"])
+def test_query_text_that_cannot_be_encoded_is_refused_by_name(memory, query, item):
+    rejected(memory, lambda: memory.as_retriever().retrieve(query), item=item)
+
+
 @pytest.mark.parametrize("call", [
     lambda m: m.as_retriever().retrieve(""),
     lambda m: m.as_retriever().retrieve_with_plan(VMemQueryBundle("  \n")),

@@ -124,6 +124,23 @@ def test_image_text_to_text_enriched_anchor_reaches_evidence(make_index, minilm,
     assert [b.block_type for b in sent.blocks] == ["image", "text"]
     assert question in sent.blocks[1].text
     assert "Tesla" in result.anchors[next(a for a in result.anchors if a.value == "enriched")].text
+    junk = scripted_llm({"You can SEE": '{"keywords": ["Tesla", null, 7, {"a": 2}, "electric car", "car", "Model S"]}'})
+    capped = index.as_retriever(llm=junk).retrieve_with_plan(VMemQueryBundle(question, image_path=str(photos["rocket"])),
+                                                             max_anchor_keywords=2)
+    assert capped.anchors[Anchor.ENRICHED].text == f"{question} Tesla electric car", "words only, as many as this query allows"
+
+
+def test_an_image_asked_about_in_no_words_is_ranked_by_its_pixels_alone(make_index, photos):
+    """The text signals of an empty question would rank every round at random and outvote the picture."""
+    index = make_index()
+    index.add_rounds(_filler("D1") + [
+        _round("D2:1", "My cat again.", "Cute!", [{"image_id": "D2:IMG_001", "path": str(photos["chelsea"])}]),
+        _round("D2:2", "Morning coffee.", "Enjoy.", [{"image_id": "D2:IMG_002", "path": str(photos["coffee"])}]),
+    ])
+    result = index.as_retriever().retrieve_with_plan(VMemQueryBundle("", image_path=str(photos["chelsea"])))
+    assert result.plan.case is Case.IMAGE_TEXT_TO_TEXT
+    assert _top_round(result.nodes) == "D2:1"
+    assert result.nodes[0].node.metadata[EXPLAIN_KEY]["ranks"] == {"visual": 1}
 
 
 def test_image_text_to_text_without_an_llm_searches_with_the_caption_keywords(make_index, minilm):

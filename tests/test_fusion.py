@@ -27,3 +27,14 @@ def test_rrf_sums_reciprocal_ranks():
 def test_rrf_ties_go_to_the_earlier_round():
     fused = rrf({"x": rank_rounds([hit("a", "A", 5, 1.0)]), "y": rank_rounds([hit("b", "B", 2, 1.0)])}, kappa=60)
     assert [f.id for f in fused] == ["B", "A"]
+
+
+def test_rrf_ties_exactly_when_two_rounds_hold_the_same_ranks_in_another_order():
+    """Added in signal order, 1/61 + 1/67 + 1/62 and 1/62 + 1/61 + 1/67 differ in the last bit."""
+    filler = [hit(f"f{i}", f"F{i}", 100 + i, 1.0) for i in range(8)]
+    rankings = {"a": [hit("x", "X", 1, 1.0), hit("y", "Y", 2, 1.0)],
+                "b": [hit("y", "Y", 2, 1.0)] + filler[:5] + [hit("x", "X", 1, 1.0)],
+                "c": [filler[5], hit("x", "X", 1, 1.0)] + filler[6:] + filler[:2] + [hit("y", "Y", 2, 1.0)]}
+    top = rrf(rankings, kappa=60)[:2]
+    assert [(f.id, f.ranks) for f in top] == [("X", {"a": 1, "b": 7, "c": 2}), ("Y", {"a": 2, "b": 1, "c": 7})]
+    assert top[0].score == top[1].score

@@ -87,3 +87,15 @@ def test_ablation_switches():
     assert not units.round_level and units.neighbor_window == 0
     no_anchor = ROUTER.route(VMemQueryBundle("Which photo shows the cake?"), CONFIG.override(anchors=False))
     assert {s.anchor for s in no_anchor.signals} == {Anchor.QUERY}
+
+
+@pytest.mark.parametrize("question", ["Which Zürich photo did I send?", "Show me the café photo",
+                                      "How many Müller pictures did I share?", "Which 3 photos did I send?",
+                                      "Show me the 2023 photo"])
+def test_the_words_between_a_rules_keywords_may_be_any_script_or_a_number(question):
+    assert ROUTER.target_is_image(question)
+
+
+def test_an_aggregation_question_widens_k_and_never_narrows_it():
+    assert ROUTER.route(VMemQueryBundle("What cafés have I visited?"), CONFIG).aggregation
+    assert ROUTER.route(VMemQueryBundle("How many museums?"), CONFIG.override(k=50)).k == 50
