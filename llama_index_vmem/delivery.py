@@ -60,15 +60,39 @@ def default_mode(llm: Optional[LLM]) -> DeliveryMode:
 
 @dataclass(frozen=True)
 class ImageBudget:
-    """At most ``max_images`` images per answer, each at most ``max_side`` pixels on its long side."""
+    """At most ``max_images`` remembered images per answer, each at most ``max_side`` pixels on its
+    long side. The user's attached image comes on top: set an API's per-request limit less one."""
 
     max_images: int = 8
     max_side: int = 1024
 
 
 def text_context(nodes: List[NodeWithScore]) -> str:
-    """The ``{context}`` of the answer prompt: text blocks in the order given, images as text only."""
-    return BLOCK_SEPARATOR.join(n.node.get_content() for n in nodes if not isinstance(n.node, ImageNode))
+    """The ``{context}`` of the answer prompt: text blocks in the order given, images as text only
+    (a block's own in its rounds' text, a borrowed one named after the block)."""
+    borrowed = _borrowed(nodes)
+    return BLOCK_SEPARATOR.join(n.node.get_content() + "".join(f"\n{_borrowed_label(img)} {img.text}".rstrip() for img in borrowed[id(n.node)])
+                                for n in nodes if not isinstance(n.node, ImageNode))
+
+
+def _borrowed(nodes: List[NodeWithScore]) -> Dict[int, List[ImageNode]]:
+    """Per block, the images retrieved with it that were shared in a round the context leaves out: a round
+    without a picture returns its neighbour's (Appendix B), and with no neighbours in the block
+    (aggregation, ``neighbor_window=0``) that picture is in no round text the model sees."""
+    delivered = {r for n in nodes if not isinstance(n.node, ImageNode) for r in _member_ids(n.node)}
+    out: Dict[int, List[ImageNode]] = {}
+    block: Optional[TextNode] = None
+    for n in nodes:
+        if not isinstance(n.node, ImageNode):
+            block = n.node
+            out[id(block)] = []
+        elif block is not None and n.node.metadata.get(schema.ROUND_ID) not in delivered:  # else its round shows it
+            out[id(block)].append(n.node)
+    return out
+
+
+def _borrowed_label(img: ImageNode) -> str:
+    return f"[Image {img.metadata[schema.IMAGE_ID]}, shared in round {img.metadata[schema.ROUND_KEY]}]"
 
 
 def label_image(source: Union[str, Path], label: str, cache_dir: Path, max_side: int) -> Path:
@@ -123,16 +147,22 @@ class Deliverer:
             return [TextBlock(text=text_context(nodes))]
         blocks = [n.node for n in nodes if not isinstance(n.node, ImageNode)]
         rounds = self.index.get_rounds(r for b in blocks for r in _member_ids(b))
-        images = self._images(blocks, rounds)
+        borrowed = _borrowed(nodes)
+        images = self._images(blocks, rounds, borrowed)
         shown, unreadable = self._label(images)
         out: List[ContentBlock] = []
-        for i, block in enumerate(blocks):
-            if i:
+        for block in blocks:
+            members = [rounds[r] for r in _member_ids(block) if r in rounds]
+            if not members:  # forgotten since it was retrieved
+                continue
+            if out:
                 out.append(TextBlock(text=BLOCK_SEPARATOR))
-            out.append(TextBlock(text=f"[{schema.block_header([rounds[r].metadata for r in _member_ids(block) if r in rounds])}]"))
-            for rid in _member_ids(block):
-                if rid in rounds:
-                    out.extend(self._round(rounds[rid], images, shown, unreadable))
+            out.append(TextBlock(text=f"[{schema.block_header([r.metadata for r in members])}]"))
+            for round_node in members:
+                out.extend(self._round(round_node, images, shown, unreadable))
+            for img in borrowed[id(block)]:
+                out.append(TextBlock(text=f"\n{_borrowed_label(img)} {img.text}".rstrip()))
+                out.extend(self._picture(img.node_id, img.metadata[schema.IMAGE_ID], shown, unreadable))
         dropped = [images[k].metadata[schema.IMAGE_ID] for k in images if k not in shown and k not in unreadable]
         if dropped:
             out.append(TextBlock(text=f"\n[not shown to keep within the image budget of {self.budget.max_images}: "
@@ -150,15 +180,22 @@ class Deliverer:
         return [TextBlock(text=f"\n[attached image: the user's {ATTACHMENT_LABEL} picture]"),
                 ImageBlock(path=label_image(image_path, ATTACHMENT_LABEL, self.cache_dir, self.budget.max_side))]
 
-    def _images(self, blocks: Sequence[TextNode], rounds: Dict[str, TextNode]) -> Dict[str, ImageNode]:
-        """Images with pixels of the delivered rounds: retrieved rounds first (best fused score
-        first, so a tight budget keeps the best match), then neighbours."""
+    def _images(self, blocks: Sequence[TextNode], rounds: Dict[str, TextNode], borrowed: Dict[int, List[ImageNode]]) -> Dict[str, ImageNode]:
+        """Images with pixels of the delivered rounds and those their blocks borrowed: retrieved
+        rounds first (best fused score first, so a tight budget keeps the best match, a borrowed
+        picture ranking with its block's best round), then neighbours."""
         scores = {key: info.get("fused_score", 0.0) for b in blocks for key, info in b.metadata.get(EXPLAIN_KEY, {}).items()}
         rank = {key: i for i, key in enumerate(sorted(scores, key=lambda k: -scores[k]))}
         members = [rounds[r] for b in blocks for r in _member_ids(b) if r in rounds]
-        order = sorted(members, key=lambda n: rank.get(n.metadata[schema.ROUND_KEY], len(rank)))
-        found = self.index.images_near(order, 0)
-        return {img.node_id: img for r in order for img in found.get(r.node_id, []) if img.image_path}
+        found = self.index.images_near(members, 0)
+        ranked = [(rank.get(r.metadata[schema.ROUND_KEY], len(rank)), img) for r in members for img in found.get(r.node_id, [])]
+        ranked += [(min((rank[key] for key in b.metadata.get(EXPLAIN_KEY, {})), default=len(rank)), img)
+                   for b in blocks for img in borrowed[id(b)]]
+        out: Dict[str, ImageNode] = {}
+        for _, img in sorted(ranked, key=lambda entry: entry[0]):  # stable: a round's own pictures before borrowed ones
+            if img.image_path:
+                out.setdefault(img.node_id, img)
+        return out
 
     def _label(self, images: Dict[str, ImageNode]) -> Tuple[Dict[str, Path], Set[str]]:
         """Labelled copies of the first ``max_images`` images whose files can be read, and the
@@ -181,15 +218,18 @@ class Deliverer:
                unreadable: Set[str]) -> List[ContentBlock]:
         out: List[ContentBlock] = [TextBlock(text="\n" + round_node.text)]
         for key, img in images.items():
-            if img.metadata[schema.ROUND_ID] != round_node.node_id:
-                continue
-            image_id = img.metadata[schema.IMAGE_ID]
-            if key in shown:
-                out.append(TextBlock(text=f"\n[image {image_id}]"))
-                out.append(ImageBlock(path=shown[key]))
-            elif key in unreadable:
-                out.append(TextBlock(text=f"\n[image {image_id}: its file could not be read, not shown]"))
+            if img.metadata[schema.ROUND_ID] == round_node.node_id:
+                out.extend(self._picture(key, img.metadata[schema.IMAGE_ID], shown, unreadable))
         return out
+
+    @staticmethod
+    def _picture(key: str, image_id: str, shown: Dict[str, Path], unreadable: Set[str]) -> List[ContentBlock]:
+        """An image's pixels under its id, or why they are missing (nothing when the budget left it out)."""
+        if key in shown:
+            return [TextBlock(text=f"\n[image {image_id}]"), ImageBlock(path=shown[key])]
+        if key in unreadable:
+            return [TextBlock(text=f"\n[image {image_id}: its file could not be read, not shown]")]
+        return []
 
 
 def _member_ids(block: TextNode) -> List[str]:

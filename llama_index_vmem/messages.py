@@ -11,7 +11,7 @@ import dataclasses
 from datetime import datetime
 from typing import TYPE_CHECKING, Optional
 
-from llama_index.core.base.llms.types import ChatMessage, ImageBlock, TextBlock
+from llama_index.core.base.llms.types import AudioBlock, ChatMessage, ImageBlock, TextBlock
 from llama_index.core.schema import QueryBundle
 
 from . import images as image_io
@@ -23,7 +23,12 @@ if TYPE_CHECKING:
 
 
 def message_text(message: ChatMessage) -> str:
-    return "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and visible(b.text))
+    """What a message says in words: its text, and what its voice notes say (their transcripts in
+    ``additional_kwargs["transcripts"]``, as ``add_messages`` reads them), in order."""
+    transcripts = iter(message_extra("message", message, "transcripts"))
+    said = [b.text if isinstance(b, TextBlock) else next(transcripts, None)
+            for b in message.blocks if isinstance(b, (TextBlock, AudioBlock))]
+    return "\n".join(text for text in said if isinstance(text, str) and visible(text))
 
 
 def query_from_message(index: VMemIndex, message: ChatMessage) -> VMemQueryBundle:

@@ -91,7 +91,7 @@ ENRICHED_ANCHOR_PROMPT = PromptTemplate(
     "merely describe the picture. Single words or short phrases, never sentences. Prefer names and nouns "
     "over adjectives. Omit anything you are inferring rather than seeing.\n"
     "\n"
-    "Return JSON: {{\"keywords\": [\"...\", \"...\"]}}"
+    "Return JSON: {\"keywords\": [\"...\", \"...\"]}"  # single braces: LlamaIndex fills only {q}
 )
 
 IMAGE_NOTE_PROMPT = PromptTemplate(

@@ -20,6 +20,7 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from . import schema
+from .errors import VMemInputError
 from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, default_mode
 from .messages import local_query
 from .postprocessor import NeighborRoundPostprocessor
@@ -27,6 +28,9 @@ from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, 
 from .retriever import RetrievalResult, VMemRetriever
 
 _NO_DESCRIPTION = "an image (no description was given)"
+#: The variables each prompt is filled with; a replacement must use those it names here.
+_PROMPT_VARIABLES = {"answer_prompt": ("context", "question"), "conflict_prompt": ("context", "question"),
+                     "image_note_prompt": ("query_caption",), "image_note_matched_prompt": ("query_caption",)}
 
 
 @dataclass
@@ -61,21 +65,27 @@ class VMemQueryEngine(BaseQueryEngine):
         self.streaming = streaming
         self.postprocessor = NeighborRoundPostprocessor(retriever._index)
         self.deliverer = Deliverer(retriever._index, DeliveryMode(delivery) if delivery else default_mode(llm), image_budget)
-        self._prompts = {
+        self._prompts: Dict[str, BasePromptTemplate] = {}
+        self._update_prompts({
             "answer_prompt": answer_prompt or ANSWER_PROMPT,
             "conflict_prompt": conflict_prompt or CONFLICT_PROMPT,
             "image_note_prompt": image_note_prompt or IMAGE_NOTE_PROMPT,
             "image_note_matched_prompt": image_note_matched_prompt or IMAGE_NOTE_MATCHED_PROMPT,
-        }
+        })
 
     def _get_prompts(self) -> PromptDictType:
         return dict(self._prompts)
 
     def _update_prompts(self, prompts: PromptDictType) -> None:
-        self._prompts.update({k: v for k, v in prompts.items() if k in self._prompts})
+        ours = {key: prompt for key, prompt in prompts.items() if key in _PROMPT_VARIABLES}
+        for key, prompt in ours.items():
+            _check_prompt(key, prompt)
+        self._prompts.update(ours)
 
     def _get_prompt_modules(self) -> PromptMixinType:
-        return {"retriever": self.retriever}
+        """The retriever's anchor transforms, one level down (``hypo_caption:hypo_caption_prompt``):
+        LlamaIndex's ``update_prompts`` splits a key at one colon, so deeper keys could be read, not set."""
+        return self.retriever._get_prompt_modules()
 
     def retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         return self.postprocessor.postprocess_nodes(self.retriever.retrieve(query_bundle), query_bundle)
@@ -87,8 +97,8 @@ class VMemQueryEngine(BaseQueryEngine):
         if query_bundle.image_path or schema.query_image_caption(query_bundle):
             context.append(TextBlock(text=f"\n\n{self._image_note(query_bundle, result)}"))
         sentinel = "\x00vmem-context\x00"
-        before, found, after = prompt.format(context=sentinel, question=query_bundle.query_str).partition(sentinel)
-        return _merge_text([TextBlock(text=before), *context, TextBlock(text=after)] if found else [TextBlock(text=before)])
+        before, _, after = prompt.format(context=sentinel, question=query_bundle.query_str).partition(sentinel)
+        return _merge_text([TextBlock(text=before), *context, TextBlock(text=after)])
 
     def _image_note(self, query_bundle: QueryBundle, result: RetrievalResult) -> str:
         caption = schema.query_image_caption(query_bundle) or _NO_DESCRIPTION
@@ -144,6 +154,18 @@ def _deltas(stream: Generator[ChatResponse, None, None]) -> Generator[str, None,
 async def _adeltas(stream: AsyncGenerator[ChatResponse, None]) -> AsyncGenerator[str, None]:
     async for chunk in stream:
         yield chunk.delta or ""
+
+
+def _check_prompt(key: str, prompt: BasePromptTemplate) -> None:
+    """Refuse a prompt the engine would send half-filled: one without the variables it fills (a
+    stock ``{context_str}`` prompt), or with ``{context}`` twice (the context, images and all, goes
+    in one place)."""
+    missing = [v for v in _PROMPT_VARIABLES[key] if v not in prompt.template_vars]
+    if missing:
+        raise VMemInputError(f"prompt {key}", f"must use {', '.join('{' + v + '}' for v in missing)}; "
+                                              f"it uses {prompt.template_vars}")
+    if "context" in _PROMPT_VARIABLES[key] and prompt.get_template().count("{context}") != 1:
+        raise VMemInputError(f"prompt {key}", "must use {context} once: the delivered context goes there")
 
 
 def _merge_text(blocks: List[ContentBlock]) -> List[ContentBlock]:

@@ -123,6 +123,7 @@ def test_image_text_to_text_enriched_anchor_reaches_evidence(make_index, minilm,
     sent = llm.chats[0][0]
     assert [b.block_type for b in sent.blocks] == ["image", "text"]
     assert question in sent.blocks[1].text
+    assert sent.blocks[1].text.endswith('Return JSON: {"keywords": ["...", "..."]}'), "as Appendix C writes it, braces single"
     assert "Tesla" in result.anchors[next(a for a in result.anchors if a.value == "enriched")].text
     junk = scripted_llm({"You can SEE": '{"keywords": ["Tesla", null, 7, {"a": 2}, "electric car", "car", "Model S"]}'})
     capped = index.as_retriever(llm=junk).retrieve_with_plan(VMemQueryBundle(question, image_path=str(photos["rocket"])),

@@ -179,6 +179,19 @@ def test_chat_engine_recalls_an_earlier_turn_from_the_memory(make_index, photos)
     assert len(index) == 7
 
 
+def test_a_voice_note_asks_its_question_in_its_transcript(make_index, photos):
+    index = _memory(make_index, photos)
+    llm = ScriptedLLM(default="Lisbon.")
+    engine = index.as_chat_engine(llm=llm)
+    voice = ChatMessage(role=MessageRole.USER, blocks=[AudioBlock(audio=b"RIFF....WAVEfmt ", format="wav")],
+                        additional_kwargs={"transcripts": ["Where did I move to?"]})
+    assert str(engine.chat(voice)) == "Lisbon."
+    assert "QUESTION: Where did I move to?" in llm.prompts[-1]
+    assert "User: I moved to Lisbon." in llm.prompts[-1]
+    assert [m.content for m in engine.chat_history] == ["Where did I move to?", "Lisbon."]
+    assert _rounds(index)[-1].text == "User: [Audio: Where did I move to?]\nAssistant: Lisbon."
+
+
 def test_chat_engine_sends_the_chat_history_before_the_answer_prompt(make_index, photos):
     llm = ScriptedLLM(default="Sure.")
     engine = _memory(make_index, photos).as_chat_engine(llm=llm, system_prompt="Be brief.")

@@ -228,3 +228,38 @@ def test_a_stored_image_whose_file_is_gone_costs_that_picture_not_the_answer(mak
     assert len(shown) == 1 and shown != ["D2:IMG_001"], "the slot went to another stored image"
     assert sum(isinstance(b, ImageBlock) for b in blocks) == 2  # that image and the attachment
     assert "D2:IMG_001" in caplog.text
+
+
+def test_a_round_forgotten_between_retrieval_and_delivery_is_left_out(make_index, photos):
+    """A query racing a forget: the blocks it retrieved may name rounds that are gone by delivery."""
+    from llama_index_vmem.delivery import Deliverer
+
+    index = _memory(make_index, photos)
+    nodes = index.as_query_engine(llm=MockLLM(), delivery="pixels").retrieve(VMemQueryBundle("Which photo shows the rocket?"))
+    index.forget(["D1:1", "D1:2", "D1:3"])
+    content = Deliverer(index, DeliveryMode.PIXELS).deliver(nodes)
+    text = "".join(b.text for b in content if isinstance(b, TextBlock))
+    assert "D1:" not in text and "round D2:1" in text, "the rounds still held are delivered"
+    assert sum(isinstance(b, ImageBlock) for b in content) == 1
+
+
+@pytest.mark.parametrize("mode", ["text", "pixels"])
+def test_a_picture_a_round_borrows_reaches_the_model_when_its_own_round_does_not(make_index, photos, mode):
+    """With no neighbours in the context (aggregation, or ``neighbor_window=0``), the picture a
+    round without one returns from the round before it is in no round text the model reads."""
+    index = make_index()
+    index.add_rounds([
+        {"round_key": "D1:1", "session_id": "D1", "user": "Look at this!",
+         "images": [{"image_id": "D1:IMG_001", "path": str(photos["horse"]), "caption": "IMG_4471.jpg"}]},
+        {"round_key": "D1:2", "session_id": "D1", "user": "That was my pony Rex at the farm.", "assistant": "Lovely."},
+        {"round_key": "D2:1", "session_id": "D2", "user": "My cat Mochi.",
+         "images": [{"image_id": "D2:IMG_001", "path": str(photos["chelsea"]), "caption": "a tabby cat"}]},
+    ])
+    llm = MockLLMWithChatMemoryOfLastCall()
+    response = index.as_query_engine(llm=llm, delivery=mode, k=1, neighbor_window=0).query("Show me the photo of my pony Rex")
+    assert [n.node.metadata.get("image_id") for n in response.source_nodes if n.node.metadata.get("image_id")] == ["D1:IMG_001"]
+    blocks = _sent(llm)
+    text = "".join(b.text for b in blocks if isinstance(b, TextBlock))
+    assert "[Image D1:IMG_001, shared in round D1:1] IMG_4471.jpg" in text
+    if mode == "pixels":
+        assert "[image D1:IMG_001]" in text and sum(isinstance(b, ImageBlock) for b in blocks) == 1

@@ -1,6 +1,7 @@
 """What reaches the answering model: the paper's prompts, chosen by route, with the image note."""
 
 import asyncio
+import re
 
 import pytest
 from llama_index.core.prompts import PromptTemplate
@@ -57,11 +58,26 @@ def test_prompts_are_exposed_and_replaceable(make_index, photos, scripted_llm):
     engine = _memory(make_index, photos).as_query_engine(llm=llm)
     prompts = engine.get_prompts()
     assert {"answer_prompt", "conflict_prompt", "image_note_prompt", "image_note_matched_prompt",
-            "retriever:hypo_caption:hypo_caption_prompt", "retriever:enriched_anchor:enriched_anchor_prompt"} <= set(prompts)
+            "hypo_caption:hypo_caption_prompt", "enriched_anchor:enriched_anchor_prompt"} <= set(prompts)
     assert prompts["answer_prompt"].get_template() == ANSWER_PROMPT.get_template()
-    engine.update_prompts({"answer_prompt": PromptTemplate("CTX {context} Q {question}")})
+    engine.update_prompts({"answer_prompt": PromptTemplate("CTX {context} Q {question}"),
+                           "hypo_caption:hypo_caption_prompt": PromptTemplate("Describe the ONE image for: {q}")})
     engine.query("Where do I live?")
     assert llm.prompts[-1].startswith("CTX ") and llm.prompts[-1].endswith("Q Where do I live?")
+    engine.query("Which photo shows my cat?")
+    assert "Describe the ONE image for: Which photo shows my cat?" in llm.prompts
+
+
+@pytest.mark.parametrize("template, words", [
+    ("Context: {context_str}\nQuery: {query_str}", "must use {context}, {question}"),
+    ("{context}\nQ: {question}\nAgain: {context}", "must use {context} once"),
+], ids=["stock_variable_names", "context_twice"])
+def test_a_prompt_the_engine_would_send_half_filled_is_refused(make_index, photos, scripted_llm, template, words):
+    engine = _memory(make_index, photos).as_query_engine(llm=scripted_llm(default="ok"))
+    with pytest.raises(VMemInputError, match=re.escape(words)) as caught:
+        engine.update_prompts({"answer_prompt": PromptTemplate(template)})
+    assert caught.value.item == "prompt answer_prompt"
+    assert engine.get_prompts()["answer_prompt"].get_template() == ANSWER_PROMPT.get_template(), "the prompt in use stays"
 
 
 def test_anchor_is_cached_for_the_same_input(make_index, photos, scripted_llm):
