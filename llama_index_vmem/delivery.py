@@ -71,7 +71,7 @@ def text_context(nodes: List[NodeWithScore]) -> str:
     """The ``{context}`` of the answer prompt: text blocks in the order given, images as text only
     (a block's own in its rounds' text, a borrowed one named after the block)."""
     borrowed = _borrowed(nodes)
-    return BLOCK_SEPARATOR.join(n.node.get_content() + "".join(f"\n{_borrowed_label(img)} {img.text}".rstrip() for img in borrowed[id(n.node)])
+    return BLOCK_SEPARATOR.join(n.node.get_content() + "".join(_borrowed_text(img) for img in borrowed[id(n.node)])
                                 for n in nodes if not isinstance(n.node, ImageNode))
 
 
@@ -91,8 +91,9 @@ def _borrowed(nodes: List[NodeWithScore]) -> Dict[int, List[ImageNode]]:
     return out
 
 
-def _borrowed_label(img: ImageNode) -> str:
-    return f"[Image {img.metadata[schema.IMAGE_ID]}, shared in round {img.metadata[schema.ROUND_KEY]}]"
+def _borrowed_text(img: ImageNode) -> str:
+    """A borrowed image as a line after its block: its id, the round it was shared in, its caption."""
+    return f"\n[Image {img.metadata[schema.IMAGE_ID]}, shared in round {img.metadata[schema.ROUND_KEY]}] {img.text}".rstrip()
 
 
 def label_image(source: Union[str, Path], label: str, cache_dir: Path, max_side: int) -> Path:
@@ -161,7 +162,7 @@ class Deliverer:
             for round_node in members:
                 out.extend(self._round(round_node, images, shown, unreadable))
             for img in borrowed[id(block)]:
-                out.append(TextBlock(text=f"\n{_borrowed_label(img)} {img.text}".rstrip()))
+                out.append(TextBlock(text=_borrowed_text(img)))
                 out.extend(self._picture(img.node_id, img.metadata[schema.IMAGE_ID], shown, unreadable))
         dropped = [images[k].metadata[schema.IMAGE_ID] for k in images if k not in shown and k not in unreadable]
         if dropped:
