@@ -31,7 +31,7 @@ from pydantic import PrivateAttr
 from . import schema
 from .images import open_rgb, write_atomically
 from .messages import local_query
-from .postprocessor import BLOCK_ROUND_IDS
+from .postprocessor import BLOCK_ROUND_IDS, NeighborRoundPostprocessor
 from .retriever import EXPLAIN_KEY
 
 if TYPE_CHECKING:
@@ -240,17 +240,20 @@ def _member_ids(block: TextNode) -> List[str]:
 class DeliveryPostprocessor(BaseNodePostprocessor):
     """The delivery stage as a node postprocessor, for LlamaIndex's own multimodal engines.
 
-    Put it after ``NeighborRoundPostprocessor`` in ``RetrieverQueryEngine.from_args(...,
-    multimodal=True, node_postprocessors=[...])`` or a ``MultiModalContextChatEngine``: runs of text
-    become ``TextNode``s and each delivered image an ``ImageNode`` pointing at its labelled copy, in
-    delivery order, so those engines send exactly what ``VMemQueryEngine`` would.
+    Use it in ``RetrieverQueryEngine.from_args(..., multimodal=True, node_postprocessors=[...])`` or
+    a ``MultiModalContextChatEngine``: runs of text become ``TextNode``s and each delivered image an
+    ``ImageNode`` pointing at its labelled copy, in delivery order, so those engines send exactly
+    what ``VMemQueryEngine`` would. Retrieved rounds are first assembled into neighbour blocks, as
+    ``NeighborRoundPostprocessor`` does (a no-op when that one ran before it, to set a window).
     """
 
+    _blocks: NeighborRoundPostprocessor = PrivateAttr()
     _deliverer: Deliverer = PrivateAttr()
 
     def __init__(self, index: "VMemIndex", mode: DeliveryMode = DeliveryMode.PIXELS,
                  budget: Optional[ImageBudget] = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self._blocks = NeighborRoundPostprocessor(index)
         self._deliverer = Deliverer(index, mode, budget)
 
     @classmethod
@@ -258,6 +261,7 @@ class DeliveryPostprocessor(BaseNodePostprocessor):
         return "DeliveryPostprocessor"
 
     def _postprocess_nodes(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
+        nodes = self._blocks.postprocess_nodes(nodes, query_bundle)
         score = max((n.score or 0.0 for n in nodes), default=0.0)
         out: List[NodeWithScore] = []
         for block in self._deliverer.deliver(nodes, query_bundle):

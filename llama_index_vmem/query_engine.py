@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator, Dict, Generator, List, Optional, Union
+from typing import Any, AsyncGenerator, Dict, List, Optional, Union
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, TextBlock
@@ -115,7 +115,7 @@ class VMemQueryEngine(BaseQueryEngine):
         """Everything of an answer but the LLM call, so a chat engine can send it after its history.
         A query image given as a URL is made local first: fetched and checked once, then retrieval
         encodes and delivery stamps the same file."""
-        query_bundle = local_query(self.retriever._index, query_bundle)
+        query_bundle = local_query(self.retriever._index, schema.as_query(query_bundle))
         result = self.retriever.retrieve_with_plan(query_bundle)
         nodes = self.postprocessor.postprocess_nodes(result.nodes, query_bundle)
         prompt = self._prompts["conflict_prompt" if result.plan.answer_prompt == "conflict" else "answer_prompt"]
@@ -134,26 +134,47 @@ class VMemQueryEngine(BaseQueryEngine):
     def _query(self, query_bundle: QueryBundle) -> Union[Response, StreamingResponse]:
         request = self.prepare(query_bundle)
         if self.streaming:
-            return StreamingResponse(_deltas(self.llm.stream_chat([request.message])), source_nodes=request.nodes,
-                                     metadata=request.metadata)
-        answer = self.llm.chat([request.message]).message.content or ""
-        return Response(response=answer.strip(), source_nodes=request.nodes, metadata=request.metadata)
+            trim = _Trim()
+            deltas = (trim(chunk.delta or "") for chunk in self.llm.stream_chat([request.message]))
+            return StreamingResponse((d for d in deltas if d), source_nodes=request.nodes, metadata=request.metadata)
+        return _response(request, self.llm.chat([request.message]))
 
     async def _aquery(self, query_bundle: QueryBundle) -> Union[Response, AsyncStreamingResponse]:
-        if not self.streaming:
-            return await asyncio.to_thread(self._query, query_bundle)
         request = await asyncio.to_thread(self.prepare, query_bundle)
+        if not self.streaming:
+            return _response(request, await self.llm.achat([request.message]))
         stream = await self.llm.astream_chat([request.message])
         return AsyncStreamingResponse(_adeltas(stream), source_nodes=request.nodes, metadata=request.metadata)
 
 
-def _deltas(stream: Generator[ChatResponse, None, None]) -> Generator[str, None, None]:
-    return (chunk.delta or "" for chunk in stream)
+def _response(request: AnswerRequest, reply: ChatResponse) -> Response:
+    return Response(response=(reply.message.content or "").strip(), source_nodes=request.nodes, metadata=request.metadata)
+
+
+class _Trim:
+    """A streamed answer's deltas as the whole answer is returned, stripped: leading whitespace is
+    dropped and trailing whitespace held back until text follows it, so it is dropped at the end."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.held = ""
+
+    def __call__(self, delta: str) -> str:
+        text = self.held + delta
+        body = text.rstrip()
+        self.held = text[len(body):]
+        if not self.started:
+            body = body.lstrip()
+            self.started = bool(body)
+        return body
 
 
 async def _adeltas(stream: AsyncGenerator[ChatResponse, None]) -> AsyncGenerator[str, None]:
+    trim = _Trim()
     async for chunk in stream:
-        yield chunk.delta or ""
+        delta = trim(chunk.delta or "")
+        if delta:
+            yield delta
 
 
 def _check_prompt(key: str, prompt: BasePromptTemplate) -> None:

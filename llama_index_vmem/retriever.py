@@ -110,8 +110,7 @@ class VMemRetriever(BaseRetriever):
 
     def retrieve_with_plan(self, query_bundle: QueryBundle, **overrides: Any) -> RetrievalResult:
         """Retrieve, returning the route plan and anchors too; ``VMemConfig`` fields override per query."""
-        if isinstance(query_bundle, str):
-            query_bundle = QueryBundle(query_bundle)
+        query_bundle = schema.as_query(query_bundle)
         for item, text in (("query", query_bundle.query_str), ("query image caption", getattr(query_bundle, "image_caption", ""))):
             if text is not None and (not isinstance(text, str) or not schema.is_utf8(text)):
                 raise VMemInputError(item, f"must be UTF-8 text, got {text!r:.80}")

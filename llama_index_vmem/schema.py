@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import unicodedata
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from llama_index.core.schema import (
     ImageNode,
@@ -142,6 +142,14 @@ class VMemQueryBundle(QueryBundle):
     """
 
     image_caption: Optional[str] = None
+
+
+def as_query(query: Union[str, QueryBundle]) -> QueryBundle:
+    """A query as retrieval and answering read it: a string becomes a ``QueryBundle``, and an image
+    asked about in no words (``query_str=None``) asks with empty text, not the text "None"."""
+    if isinstance(query, str):
+        return QueryBundle(query)
+    return replace(query, query_str="") if query.query_str is None else query
 
 
 def query_image_caption(query: QueryBundle) -> Optional[str]:

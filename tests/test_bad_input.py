@@ -625,6 +625,12 @@ def test_an_empty_query_is_refused_not_answered_with_random_rounds(memory, call)
     assert "is empty" in err.problem
 
 
-def test_a_query_of_an_image_alone_is_not_empty(memory, photos):
-    nodes = memory.as_retriever().retrieve(VMemQueryBundle("", image_path=str(photos["coffee"])))
+@pytest.mark.parametrize("words", ["", None], ids=["empty", "none"])
+def test_a_query_of_an_image_alone_is_not_empty(memory, photos, scripted_llm, words):
+    """``query_str=None`` is how some callers ask about an image in no words: it asks with empty text."""
+    query = VMemQueryBundle(words, image_path=str(photos["coffee"]))
+    nodes = memory.as_retriever().retrieve(query)
     assert nodes[0].node.metadata["round_key"] == "D1:1"
+    llm = scripted_llm(default="Your espresso.")
+    assert str(memory.as_query_engine(llm=llm, delivery="text").query(query)) == "Your espresso."
+    assert "QUESTION: \n" in llm.prompts[-1] and "None" not in llm.prompts[-1]

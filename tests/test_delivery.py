@@ -9,6 +9,7 @@ import pytest
 from llama_index.core.base.llms.types import ImageBlock, TextBlock
 from llama_index.core.llms import MockLLM
 from llama_index.core.llms.mock import MockLLMWithChatMemoryOfLastCall
+from llama_index.core.schema import ImageNode
 from PIL import Image, ImageChops
 
 from llama_index_vmem import VMemQueryBundle
@@ -140,6 +141,23 @@ def test_a_corrupt_data_url_attachment_is_bad_input_not_a_missing_file(make_inde
     nodes = NeighborRoundPostprocessor(index).postprocess_nodes(index.as_retriever().retrieve(query.query_str), query)
     with pytest.raises(VMemInputError, match="^query image: not an image"):
         DeliveryPostprocessor(index).postprocess_nodes(nodes, query)
+
+
+@pytest.mark.parametrize("mode", [DeliveryMode.PIXELS, DeliveryMode.TEXT])
+def test_delivery_postprocessor_alone_assembles_the_neighbour_blocks_itself(make_index, photos, mode):
+    """Without ``NeighborRoundPostprocessor`` in front it delivers the same content, not an ``AttributeError``."""
+    from llama_index_vmem import NeighborRoundPostprocessor
+
+    index = _memory(make_index, photos)
+    query = VMemQueryBundle("Which photo shows the rocket?")
+    nodes = index.as_retriever().retrieve(query)
+    blocks = NeighborRoundPostprocessor(index).postprocess_nodes(nodes, query)
+    deliver = DeliveryPostprocessor(index, mode=mode, budget=ImageBudget(3, 200))
+    alone, after = deliver.postprocess_nodes(nodes, query), deliver.postprocess_nodes(blocks, query)
+    sent = lambda out: [(type(n.node).__name__, n.node.get_content()) for n in out]  # noqa: E731
+    assert sent(alone) == sent(after)
+    assert "[seen 2024-06-17, session D1, rounds D1:1 to D1:3]" in alone[0].node.get_content()
+    assert sum(isinstance(n.node, ImageNode) for n in alone) == (3 if mode is DeliveryMode.PIXELS else 0)
 
 
 @pytest.mark.parametrize("model, mode", [("gpt-4o-mini", DeliveryMode.PIXELS), ("gemini-2.5-flash", DeliveryMode.PIXELS),

@@ -195,3 +195,72 @@ def test_engines_fall_back_to_settings_llm_as_stock_engines_do(make_index, photo
     assert str(index.as_query_engine().query("Where did I move?")) == "Lisbon"
     assert str(index.as_chat_engine().chat("Where did I move?")) == "Lisbon"
     assert "I moved to Lisbon." in Settings.llm.prompts[-1]
+
+
+class _ChunkedLLM:
+    """Streams its answer in chunks padded with whitespace, and records which call it got."""
+
+    CHUNKS = ["", "  ", "\n The", " answer", " is ", "\n", "Lisbon.", "  \n", ""]
+
+    @staticmethod
+    def make():
+        from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
+        from llama_index.core.llms import MockLLM
+        from pydantic import PrivateAttr
+
+        def chunk(text):
+            return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=text)
+
+        class Chunked(MockLLM):
+            _calls: list = PrivateAttr(default_factory=list)
+
+            @property
+            def calls(self):
+                return self._calls
+
+            def chat(self, messages, **kwargs):
+                self._calls.append("chat")
+                return chunk("".join(_ChunkedLLM.CHUNKS))
+
+            async def achat(self, messages, **kwargs):
+                self._calls.append("achat")
+                return chunk("".join(_ChunkedLLM.CHUNKS))
+
+            def stream_chat(self, messages, **kwargs):
+                self._calls.append("stream_chat")
+                return (chunk(c) for c in _ChunkedLLM.CHUNKS)
+
+            async def astream_chat(self, messages, **kwargs):
+                self._calls.append("astream_chat")
+
+                async def gen():
+                    for c in _ChunkedLLM.CHUNKS:
+                        yield chunk(c)
+
+                return gen()
+
+        return Chunked()
+
+
+def test_async_query_calls_the_llms_async_chat(make_index, photos):
+    llm = _ChunkedLLM.make()
+    engine = _memory(make_index, photos).as_query_engine(llm=llm)
+    assert str(asyncio.run(engine.aquery("Where did I move?"))) == "The answer is \nLisbon."
+    assert llm.calls == ["achat"]
+
+
+def test_a_streamed_answer_is_stripped_as_the_whole_answer_is(make_index, photos):
+    llm = _ChunkedLLM.make()
+    index = _memory(make_index, photos)
+    whole = str(index.as_query_engine(llm=llm).query("Where did I move?"))
+    engine = index.as_query_engine(llm=llm, streaming=True)
+    deltas = list(engine.query("Where did I move?").response_gen)
+
+    async def run():
+        response = await engine.aquery("Where did I move?")
+        return [t async for t in response.async_response_gen()]
+
+    async_deltas = asyncio.run(run())
+    assert "".join(deltas) == "".join(async_deltas) == whole == "The answer is \nLisbon."
+    assert all(deltas) and all(async_deltas), "no empty deltas"
+    assert llm.calls == ["chat", "stream_chat", "astream_chat"]
