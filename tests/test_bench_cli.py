@@ -132,6 +132,20 @@ def test_qa_answers_with_the_answer_prompt_and_judges_with_the_benchmark_prompt(
     assert any(p.startswith("You are answering a question using a person’s conversation history.") for p in llm.prompts)
     assert results["vmem"]["overall"]["judge"] == 1.0  # 0.75 collapses to 1
     assert {"f1", "bleu1", "em"} <= set(results["vmem"]["overall"])
+    answered = [p for p in llm.prompts if p.startswith("You are answering")]
+    noted = [p for p in answered if "[ATTACHED IMAGE] The user’s attached image shows:" in p]
+    with_image = [q for q in results["vmem"]["per_question"] if q["category"] == "TTL"]
+    assert with_image and len(noted) == len(with_image) * 7, "each system answers a question asked with an image with its note"
+
+
+def test_every_qa_score_is_kept_per_question_and_per_category(memgallery_run, capsys):
+    out, results, _ = memgallery_run
+    assert {"judge", "f1", "bleu1", "em", "answer"} <= set(results["stock-bm25"]["per_question"][0])
+    assert cli.main(["compare", str(out / "results.json"), str(out / "results.json"), "--system", "vmem",
+                     "--system-b", "stock-bm25", "--metric", "bleu1", "--resamples", "100"]) == 0
+    assert json.loads(capsys.readouterr().out)["n"] > 0
+    report = (out / "report.md").read_text()
+    assert "## judge per category" in report and "## precision@k per category" in report
 
 
 def test_compare_gives_ci_and_p_value(memgallery_run, capsys):
@@ -218,12 +232,27 @@ def test_stock_context_at_round_granularity_fills_whole_rounds_to_the_budget():
     from llama_index_vmem.bench.systems import StockSystem, count_tokens
 
     rounds = [BenchRound(f"D1:{i}", "D1", "2024-06-17", "word " * 10 * i, "ok") for i in range(1, 5)]
-    conv = BenchConversation("c", "memgallery", rounds, [], "caption")
+    conv = BenchConversation("c", "memgallery", rounds, [])
     size = {r.key: count_tokens(f"timestamp: 2024-06-17\n\n{r.text}") for r in rounds}  # dated, as stock units are
     budget = size["D1:3"] + size["D1:1"]
     stock = StockSystem("stock-bm25", None, None)
     assert stock.fill_rounds(conv, ["D1:3", "D1:1", "D1:4", "D1:2"], budget) == ["D1:3", "D1:1"]
     assert stock.fill_rounds(conv, ["D1:2"], None) == ["D1:2"]
+
+
+def test_a_stock_text_retriever_searches_with_the_question_images_caption_pixels_or_not(photos):
+    """As the Mem-Gallery harness does for text memories: the caption joins the question whenever there is one."""
+    from llama_index_vmem.bench.data import BenchConversation, BenchImage, BenchQuestion, BenchRound
+    from llama_index_vmem.bench.systems import StockSystem
+
+    rounds = [BenchRound("D1:1", "D1", "", "My espresso machine arrived.", "Enjoy!", [BenchImage("D1:IMG_001", "a cup of coffee")]),
+              BenchRound("D1:2", "D1", "", "Which train do I take tomorrow?", "The 8:15 to Leeds.")]
+    conv = BenchConversation("c", "memgallery", rounds, [])
+    stock = StockSystem("stock-bm25", None, None)
+    stock.build(conv)
+    for image_path in (None, photos["coffee"]):
+        q = BenchQuestion("c#0", "Do you remember this?", "TTL", ["D1:1"], "espresso", image_path, "a cup of coffee with crema")
+        assert stock.query(conv, q, None).ranking[0] == "D1:1", f"image_path={image_path}"
 
 
 def test_a_bench_round_reads_exactly_as_vmem_delivers_it():
@@ -270,7 +299,7 @@ def test_builds_interleave_by_conversation_after_every_encoder_is_warm(tmp_path)
             return QueryOutcome(["D1:1"], ["D1:1"], "context", 1.0)
 
     convs = [BenchConversation(name, "memgallery", [BenchRound("D1:1", "D1", "", "hi", "hello", [], ["D1:1"])],
-                               [BenchQuestion(f"{name}#0", "q?", "FR", ["D1:1"], "a")], "caption") for name in "ab"]
+                               [BenchQuestion(f"{name}#0", "q?", "FR", ["D1:1"], "a")]) for name in "ab"]
     runs = run(convs, [Recording("stock-dense"), Recording("vmem")], budget_system="vmem", show_progress=False)
     assert events == [("vmem", "warm_up"), ("stock-dense", "warm_up"),
                       ("vmem", "build", "a"), ("stock-dense", "build", "a"),
@@ -373,6 +402,16 @@ def test_what_would_fail_after_the_run_is_refused_before_it(tmp_path):
         cli.main(["memgallery", str(tmp_path / "bad.json")])
     with pytest.raises(SystemExit, match="not a readable locomo file"):
         cli.main(["locomo", dialog])
+
+
+def test_two_conversations_of_one_name_are_refused_not_merged_into_one_memory():
+    from llama_index_vmem.bench.data import BenchConversation, BenchRound
+    from llama_index_vmem.bench.harness import run_benchmark
+
+    convs = [BenchConversation("conv-26", "locomo", [BenchRound("D1:1", "D1", "", f"hi {i}", "hello", [], ["D1:1"])], [])
+             for i in range(2)]
+    with pytest.raises(SystemExit, match="given twice under one name: conv-26"):
+        run_benchmark("locomo", convs, k=10, systems="stock-bm25", show_progress=False)
 
 
 def test_names_are_trimmed_and_given_once():

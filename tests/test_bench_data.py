@@ -5,7 +5,7 @@ import json
 import pytest
 from PIL import Image
 
-from llama_index_vmem.bench.data import CAPTION, PIXELS, load_locomo, load_memgallery, parse_evidence
+from llama_index_vmem.bench.data import CAPTION, MIXED, PIXELS, load_locomo, load_memgallery, parse_evidence
 
 
 def _memgallery(tmp_path, with_pixels):
@@ -56,6 +56,37 @@ def test_memgallery_image_root(tmp_path):
     assert load_memgallery(path, image_root=moved).image_mode == PIXELS
 
 
+def test_a_missing_image_file_runs_that_image_as_its_caption_and_says_so(tmp_path, caplog):
+    """One file missing: the rest keep their pixels, and the missing one is named, not a failed load."""
+    path = _memgallery(tmp_path, True)
+    data = json.loads(path.read_text())
+    data["multi_session_dialogues"][0]["dialogues"][0].update(
+        image_id=["D1:IMG_009"], input_image=["../image/T/gone.png"], image_caption=["a lost photo"])
+    path.write_text(json.dumps(data))
+    conv = load_memgallery(path)
+    assert conv.image_mode == MIXED
+    assert conv.image_modes == {PIXELS: ["D1:IMG_001", "T#1:question"], CAPTION: ["D1:IMG_009"]}
+    assert conv.rounds[0].images[0].path is None and conv.rounds[0].images[0].caption == "a lost photo"
+    assert "D1:IMG_009" in caplog.text
+
+
+def test_memgallery_per_image_fields_are_read_as_the_harness_reads_them(tmp_path, caplog):
+    """A short caption list leaves an image captionless, not dropped; a clue given as one string is one id."""
+    path = _memgallery(tmp_path, True)
+    data = json.loads(path.read_text())
+    data["multi_session_dialogues"][0]["dialogues"][1].update(
+        image_id=["D1:IMG_001", "D1:IMG_002", "D1:IMG_003"], input_image=["../image/T/D1_IMG_001.png", "../image/T/D1_IMG_001.png"],
+        image_caption=["a red square"])
+    data["human-annotated QAs"][0]["clue"] = "D1:2"
+    path.write_text(json.dumps(data))
+    conv = load_memgallery(path)
+    images = conv.rounds[1].images
+    assert [(i.image_id, i.caption, i.path is not None) for i in images] == [("D1:IMG_001", "a red square", True),
+                                                                             ("D1:IMG_002", "", True)]
+    assert "D1:IMG_003 has neither a file nor a caption" in caplog.text
+    assert conv.questions[0].gold == ["D1:2"] and conv.malformed_evidence == 1
+
+
 def test_locomo_rounds_group_speaker_a_with_following_b_turns(tmp_path):
     sample = {"sample_id": "conv-x", "conversation": {
         "speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1:56 pm on 8 May, 2023",
@@ -65,6 +96,7 @@ def test_locomo_rounds_group_speaker_a_with_following_b_turns(tmp_path):
             {"speaker": "Bob", "dia_id": "D1:3", "text": "look", "blip_caption": "a photo of a dog"},
             {"speaker": "Bob", "dia_id": "D1:4", "text": "cute right"},
             {"speaker": "Ann", "dia_id": "D1:5", "text": "very"},
+            {"speaker": "Ann", "dia_id": "D1:6", "text": "and mine?"},
         ]},
         "qa": [
             {"question": "q1", "answer": "a", "evidence": ["D1:3"], "category": 4},
@@ -74,7 +106,7 @@ def test_locomo_rounds_group_speaker_a_with_following_b_turns(tmp_path):
     path = tmp_path / "locomo.json"
     path.write_text(json.dumps([sample]))
     [conv] = load_locomo(path)
-    assert [r.turn_ids for r in conv.rounds] == [["D1:1"], ["D1:2", "D1:3", "D1:4"], ["D1:5"]]
+    assert [r.turn_ids for r in conv.rounds] == [["D1:1"], ["D1:2", "D1:3", "D1:4"], ["D1:5"], ["D1:6"]]  # each of Ann's turns opens a round
     assert conv.rounds[1].user == "Ann: hi Bob" and conv.rounds[1].assistant == "Bob: look\nBob: cute right"
     assert conv.rounds[1].images[0].caption == "a photo of a dog" and conv.rounds[1].images[0].role == "assistant"
     assert conv.rounds[1].timestamp == "1:56 pm on 8 May, 2023"

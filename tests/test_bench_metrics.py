@@ -69,3 +69,13 @@ def test_significance():
     assert sign_flip_p([1] * 12, [0] * 12, resamples=2000) < 0.01
     with pytest.raises(ValueError):
         paired_bootstrap([], [])
+
+
+@pytest.mark.parametrize("reply, score", [
+    ('{"score": 0.75, "reasoning": "close"}', 1.0), ("I would give it a score: 0.5.", 0.5), ('"score": 0,', 0.0),
+    ('{"score": null}', 0.0), ("no score at all", 0.0),
+])
+def test_a_judge_reply_is_read_or_scored_zero_never_an_error(reply, score):
+    from llama_index_vmem.bench.qa import parse_memgallery_judge
+
+    assert parse_memgallery_judge(reply) == score

@@ -94,7 +94,7 @@ def test_a_stock_baseline_breaks_ties_alike_in_every_build(minilm):
     from llama_index_vmem.bench.systems import StockSystem
 
     rounds = [BenchRound(f"D1:{i}", "D1", "", "Thanks, see you tomorrow!", "Bye!", [], [f"D1:{i}"]) for i in range(1, 6)]
-    conv = BenchConversation("c", "memgallery", rounds, [BenchQuestion("c#0", "Bye!", "FR", ["D1:1"], "")], "caption")
+    conv = BenchConversation("c", "memgallery", rounds, [BenchQuestion("c#0", "Bye!", "FR", ["D1:1"], "")])
     rankings = []
     for _ in range(3):
         stock = StockSystem("stock-dense", minilm, None)

@@ -1,8 +1,8 @@
 """Benchmark loaders: Mem-Gallery dialogues and LoCoMo conversations as one shape.
 
-Each conversation becomes its own memory. Images whose file is missing (the released data has
-captions only) become caption-only units, and a question image is then represented by its
-caption; ``image_mode`` records which, per conversation, so the report never mixes them silently.
+Each conversation becomes its own memory. An image whose file is missing (the released data has
+captions only) becomes a caption-only unit, and a question image is then represented by its
+caption; ``image_modes`` records which image ran which way, so the report never mixes them silently.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..node_parser import round_input_from_dict, round_spans, round_text
 
 logger = logging.getLogger(__name__)
 
-PIXELS, CAPTION = "pixels", "caption"
+PIXELS, CAPTION, MIXED = "pixels", "caption", "mixed"
 _TURN_ID = re.compile(r"D(\d+):(\d+)")
 #: LoCoMo category 5 (adversarial) has no answer in the conversation and is excluded.
 LOCOMO_EXCLUDED = {5}
@@ -90,10 +90,28 @@ class BenchConversation:
     benchmark: str
     rounds: List[BenchRound]
     questions: List[BenchQuestion]
-    image_mode: str
     #: Evidence ids that were malformed in the data (repaired or dropped), for the report.
     malformed_evidence: int = 0
     speakers: Tuple[str, str] = ("user", "assistant")
+
+    @functools.cached_property
+    def image_modes(self) -> Dict[str, List[str]]:
+        """Image ids (a question's image as ``<qid>:question``) by the mode they run in: ``pixels``
+        where the file was found, ``caption`` where it was not (or the data has none)."""
+        modes: Dict[str, List[str]] = {PIXELS: [], CAPTION: []}
+        for r in self.rounds:
+            for i in r.images:
+                modes[PIXELS if i.path else CAPTION].append(i.image_id)
+        for q in self.questions:
+            if q.image_path or q.image_caption:
+                modes[PIXELS if q.image_path else CAPTION].append(f"{q.qid}:question")
+        return modes
+
+    @property
+    def image_mode(self) -> str:
+        """``pixels`` or ``caption`` where every image runs one way, else ``mixed``."""
+        used = [mode for mode, ids in self.image_modes.items() if ids]
+        return used[0] if len(used) == 1 else MIXED if used else CAPTION
 
     @functools.cached_property
     def by_key(self) -> Dict[str, BenchRound]:
@@ -120,38 +138,47 @@ def _image_path(raw: Optional[str], json_path: Path, image_root: Optional[Path])
 
 
 def load_memgallery(path: Path, image_root: Optional[Path] = None) -> BenchConversation:
-    """One Mem-Gallery dialogue file: rounds ``D1:3``, images, and the human-annotated QAs."""
+    """One Mem-Gallery dialogue file: rounds ``D1:3``, images, and the human-annotated QAs.
+
+    Fields are read per image as the benchmark's harness reads them: a caption or file a round
+    does not list is empty, so no image is dropped for a short list; an image with neither
+    pixels nor a caption carries nothing to retrieve and is left out with a warning."""
     path = Path(path)
     data = json.loads(path.read_text())
     rounds: List[BenchRound] = []
-    modes = set()
     for session in data["multi_session_dialogues"]:
         for d in session["dialogues"]:
             images = []
-            paths = d.get("input_image") or [None] * len(d.get("image_id", []))
-            for image_id, caption, raw in zip(d.get("image_id", []), d.get("image_caption", []), paths):
-                file = _image_path(raw, path, image_root)
-                modes.add(PIXELS if file else CAPTION)
+            for n, image_id in enumerate(d.get("image_id") or []):
+                caption, file = _nth(d.get("image_caption"), n) or "", _image_path(_nth(d.get("input_image"), n), path, image_root)
+                if file is None and not caption.strip():
+                    logger.warning("%s: image %s has neither a file nor a caption; left out", path.name, image_id)
+                    continue
                 images.append(BenchImage(image_id=image_id, caption=caption, path=file))
             rounds.append(BenchRound(d["round"], session["session_id"], session.get("date", ""), d.get("user", ""),
                                      d.get("assistant", ""), images, [d["round"]]))
     questions = []
+    malformed = 0
     for i, qa in enumerate(data.get("human-annotated QAs", [])):
-        image = _image_path(qa.get("question_image"), path, image_root)
-        if qa.get("question_image"):
-            modes.add(PIXELS if image else CAPTION)
+        clue = qa.get("clue") or []
+        gold, bad = parse_evidence(clue if isinstance(clue, list) else [clue])
+        malformed += bad + (not isinstance(clue, list))  # one id given bare, not in a list, is read and counted
         questions.append(BenchQuestion(
-            qid=f"{path.stem}#{i}", question=qa["question"], category=qa["point"], gold=list(qa.get("clue") or []),
-            answer=str(qa.get("answer", "")), image_path=image, image_caption=qa.get("image_caption"),
+            qid=f"{path.stem}#{i}", question=qa["question"], category=qa["point"], gold=gold,
+            answer=str(qa.get("answer", "")), image_path=_image_path(qa.get("question_image"), path, image_root),
+            image_caption=qa.get("image_caption"),
         ))
     name = data.get("character_profile", {}).get("name", "user")
-    return BenchConversation(path.stem, "memgallery", rounds, questions, _mode(modes), speakers=(f"user ({name})", "assistant"))
+    conv = BenchConversation(path.stem, "memgallery", rounds, questions, malformed, speakers=(f"user ({name})", "assistant"))
+    if conv.image_mode == MIXED:
+        logger.warning("%s: %d images have no file and run as captions: %s", path.name, len(conv.image_modes[CAPTION]),
+                       ", ".join(conv.image_modes[CAPTION]))
+    return conv
 
 
-def _mode(modes: set) -> str:
-    if len(modes) > 1:
-        raise ValueError("some images of this conversation have pixels and some do not; pass --image-root for all or none")
-    return modes.pop() if modes else CAPTION
+def _nth(values: Any, n: int) -> Any:
+    """The ``n``-th entry of a per-image list field, or None where the list is absent or short."""
+    return values[n] if isinstance(values, list) and n < len(values) else None
 
 
 def parse_evidence(raw: List[Any]) -> Tuple[List[str], int]:
@@ -181,12 +208,12 @@ def load_locomo(path: Path) -> List[BenchConversation]:
             for turn in turns:
                 text = f"{turn['speaker']}: {turn['text']}"
                 is_a = turn["speaker"] == speaker_a
-                if current is None or (is_a and current.assistant):
+                if current is None or is_a:  # a session opening with speaker B: B's turns form a round of their own
                     current = BenchRound(turn["dia_id"], f"D{number}", when, "", "", [], [])
                     rounds.append(current)
-                span = "user" if is_a and not current.assistant else "assistant"
-                if span == "user":
-                    current.user = "\n".join(t for t in (current.user, text) if t)
+                span = "user" if is_a else "assistant"
+                if is_a:
+                    current.user = text
                 else:
                     current.assistant = "\n".join(t for t in (current.assistant, text) if t)
                 current.turn_ids.append(turn["dia_id"])
@@ -204,5 +231,5 @@ def load_locomo(path: Path) -> List[BenchConversation]:
             malformed += bad
             questions.append(BenchQuestion(f"{sample['sample_id']}#{i}", qa["question"], LOCOMO_CATEGORIES[qa["category"]],
                                            gold, str(qa.get("answer", ""))))
-        out.append(BenchConversation(sample["sample_id"], "locomo", rounds, questions, CAPTION, malformed, (speaker_a, speaker_b)))
+        out.append(BenchConversation(sample["sample_id"], "locomo", rounds, questions, malformed, (speaker_a, speaker_b)))
     return out

@@ -14,6 +14,7 @@ from ..config import VMemConfig
 from ..delivery import DeliveryMode
 from ..encoders import EfficientNetImageEncoder, default_text_embedding
 from .data import PIXELS, BenchConversation
+from .metrics import QA_METRICS
 from .run import results_json, run
 from .systems import RUNGS, STOCK_SYSTEMS, BenchSystem, StockSystem, VMemBuild, VMemSystem
 from .worker import WorkerSystem
@@ -65,7 +66,7 @@ def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[s
     if unknown:  # before any worker is started or model loaded
         raise SystemExit(f"unknown system(s) {unknown}; choose from vmem, {', '.join(STOCK_SYSTEMS)}")
     vmem_embed = default_text_embedding()
-    pixels = any(c.image_mode == PIXELS for c in conversations)
+    pixels = any(c.image_modes[PIXELS] for c in conversations)
     build = VMemBuild(vmem_embed, EfficientNetImageEncoder(), llm=llm, config=config, delivery=DeliveryMode(delivery))
     out: List[BenchSystem] = []
     skipped: Dict[str, str] = {}
@@ -93,6 +94,9 @@ def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k:
     entry point with ``if __name__ == "__main__":`` (spawn re-imports the script).
     """
     rungs, systems = rung_names(rungs), names(systems)
+    repeated = sorted({c.name for c in conversations if sum(other.name == c.name for other in conversations) > 1})
+    if repeated:  # each conversation is its own memory, keyed by name: two of one name would share one
+        raise SystemExit(f"conversations given twice under one name: {', '.join(repeated)}; each must be its own memory")
     config = BENCHMARK_CONFIGS.get(benchmark, VMemConfig())
     config = config.override(k=max(config.k, k))  # rankings are cut at K: vmem returns at least K rounds, as stock does
     if "vmem" not in systems and rungs != ["anchors"]:
@@ -125,7 +129,7 @@ def _add_qa(results: Dict[str, Any], runs: Dict[str, Any]) -> None:
     import statistics
 
     for name, r in runs.items():
-        metrics = [m for m in ("judge", "f1", "bleu1", "em", "locomo_f1") if r.rows and m in r.rows[0]]
+        metrics = [m for m in QA_METRICS if r.rows and m in r.rows[0]]
         results[name]["overall"].update({m: statistics.fmean(row[m] for row in r.rows) for m in metrics})
         for category, block in results[name]["per_category"].items():
             rows = [row for row in r.rows if row["category"] == category]

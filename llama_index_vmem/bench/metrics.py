@@ -19,6 +19,10 @@ from collections import Counter
 from typing import Callable, Dict, Iterable, List, Mapping, Sequence, Tuple
 
 
+#: The per-question QA scores end-to-end QA adds (``locomo_f1`` on LoCoMo only).
+QA_METRICS = ("judge", "f1", "bleu1", "em", "locomo_f1")
+
+
 def dedupe(ids: Iterable[str]) -> List[str]:
     seen: set = set()
     return [x for x in map(str, ids) if not (x in seen or seen.add(x))]

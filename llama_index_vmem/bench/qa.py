@@ -14,15 +14,21 @@ from typing import Any, Dict, List, Optional
 
 from llama_index.core.llms import LLM
 
-from ..prompts import ANSWER_PROMPT, CONFLICT_PROMPT, LOCOMO_GRADER_PROMPT
+from ..prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_PROMPT, LOCOMO_GRADER_PROMPT
 from ..router import ModalityRouter
+from .data import BenchQuestion
 from .metrics import bleu1, collapse_judge_score, exact_match, f1, locomo_f1
 
 
-def answer(llm: LLM, question: str, context: str, router: ModalityRouter) -> str:
-    conflict = router.rules.conflict.search(question)
+def answer(llm: LLM, question: BenchQuestion, context: str, router: ModalityRouter) -> str:
+    """The answer from ``context``; a question asked with an image gets the attached-image note
+    after the context, as ``VMemQueryEngine`` sends it (its caption stands for the picture)."""
+    conflict = router.rules.conflict.search(question.question)
     prompt = CONFLICT_PROMPT if conflict else ANSWER_PROMPT
-    return llm.predict(prompt, context=context, question=question).strip()
+    if question.image_path or question.image_caption:
+        note = IMAGE_NOTE_PROMPT.format(query_caption=question.image_caption or "an image (no description was given)")
+        context = f"{context}\n\n{note}"
+    return llm.predict(prompt, context=context, question=question.question).strip()
 
 
 def parse_memgallery_judge(reply: str) -> float:
@@ -31,9 +37,9 @@ def parse_memgallery_judge(reply: str) -> float:
     try:
         if match:
             return collapse_judge_score(float(json.loads(match.group(0))["score"]))
-    except (ValueError, KeyError, json.JSONDecodeError):
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError):
         pass
-    found = re.search(r'score"?\s*:\s*([0-9.]+)', reply, re.IGNORECASE)
+    found = re.search(r'score"?\s*:\s*([0-9]+(?:\.[0-9]+)?)', reply, re.IGNORECASE)
     return collapse_judge_score(float(found.group(1))) if found else 0.0
 
 
@@ -61,7 +67,7 @@ def score_rows(rows: List[Dict[str, Any]], questions: Dict[str, Any], benchmark:
     router = ModalityRouter()
     for row in rows:
         q = questions[row["qid"]]
-        row["answer"] = answer(llm, q.question, row["context"], router)
+        row["answer"] = answer(llm, q, row["context"], router)
         row["judge"] = judge(llm, benchmark, q.question, q.answer, row["answer"], template)
         row["f1"] = f1(row["answer"], q.answer)
         row["bleu1"] = bleu1(row["answer"], q.answer)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
+from .metrics import QA_METRICS
+
 QUALITY = ("hit@k", "recall@k", "precision@k", "context_evidence_recall", "context_evidence_recall_rounds",
            "context_tokens_mean", "delivered_images_mean")
 COST = ("build_seconds", "units_per_second", "build_llm_tokens", "query_ms_p50", "query_ms_p95",
         "query_ms_with_anchors_p50", "query_ms_with_anchors_p95", "peak_rss_mb")
-QA = ("judge", "f1", "bleu1", "em", "locomo_f1")
 CONTEXT_LEGEND = (
     "context_evidence_recall: the share of gold evidence whose text is in the context each system would deliver; "
     "a stock context is its own units in rank order, each dated with its round's timestamp as LlamaIndex renders "
@@ -44,6 +45,9 @@ def markdown(results: Dict[str, Any], chart: str = "") -> str:
     parts = [f"# vmem-bench: {results['benchmark']}", "",
              f"K = {k}; image mode: {results['image_mode']}; conversations: {len(results.get('conversations', []))}; "
              f"malformed evidence ids tolerated: {results.get('malformed_evidence_ids', 0)}", ""]
+    if results.get("caption_only_images"):
+        parts += ["Images whose file was not found, so they ran as captions (every other image ran with pixels): "
+                  + "; ".join(f"{conv}: {', '.join(ids)}" for conv, ids in results["caption_only_images"].items()), ""]
     def overall(keys: Sequence[str]) -> str:
         present = [m for m in keys if any(m in results[n]["overall"] for n in names)]
         return _table(["system", *present], [[n, *[results[n]["overall"].get(m) for m in present]] for n in names])
@@ -51,10 +55,14 @@ def markdown(results: Dict[str, Any], chart: str = "") -> str:
     legend = CONTEXT_LEGEND if results.get("context_budget_from") else NO_CONTEXT_LEGEND
     parts += ["## Retrieval and context (overall)", "", overall(QUALITY), "", legend, "",
               "## Cost", "", overall(COST), "", COST_LEGEND, ""]
-    if any(m in results[n]["overall"] for m in QA for n in names):
-        parts += ["## End-to-end QA", "", overall(QA), ""]
+    if any(m in results[n]["overall"] for m in QA_METRICS for n in names):
+        parts += ["## End-to-end QA", "", overall(QA_METRICS), ""]
     categories = sorted({c for n in names for c in results[n]["per_category"]})
-    for metric in ("hit@k", "recall@k", "context_evidence_recall", "context_evidence_recall_rounds"):
+    per_category = ("hit@k", "recall@k", "precision@k", "context_evidence_recall", "context_evidence_recall_rounds",
+                    "context_tokens_mean", *QA_METRICS)
+    for metric in per_category:
+        if not any(metric in block for n in names for block in results[n]["per_category"].values()):
+            continue  # not measured in this run (QA without --qa, context without vmem)
         rows = [[c, results[names[0]]["per_category"].get(c, {}).get("n", 0),
                  *[results[n]["per_category"].get(c, {}).get(metric, "") for n in names]] for c in categories]
         parts += [f"## {metric} per category", "", _table(["category", "n", *names], rows), ""]

@@ -20,8 +20,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from tqdm.auto import tqdm
 
-from .data import BenchConversation
-from .metrics import evidence_recall, percentile, summarize
+from .data import CAPTION, MIXED, BenchConversation
+from .metrics import QA_METRICS, evidence_recall, percentile, summarize
 from .systems import BenchSystem, QueryOutcome
 
 logger = logging.getLogger(__name__)
@@ -175,12 +175,17 @@ def score(run_: SystemRun, k: int) -> Dict[str, Any]:
 
 def results_json(benchmark: str, k: int, conversations: Sequence[BenchConversation], runs: Dict[str, SystemRun],
                  extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """results.json: top-level ``benchmark``, ``k``, ``image_mode``; one object per system name."""
+    """results.json: top-level ``benchmark``, ``k``, ``image_mode`` (``pixels``, ``caption`` or
+    ``mixed``, with ``caption_only_images`` naming each image that ran without pixels in a mixed
+    run); one object per system name."""
     modes = {c.image_mode for c in conversations}
+    mode = modes.pop() if len(modes) == 1 else MIXED
     out: Dict[str, Any] = {
         "benchmark": benchmark,
         "k": k,
-        "image_mode": modes.pop() if len(modes) == 1 else {c.name: c.image_mode for c in conversations},
+        "image_mode": mode,
+        **({"caption_only_images": {c.name: c.image_modes[CAPTION] for c in conversations if c.image_modes[CAPTION]}}
+           if mode == MIXED else {}),
         "conversations": [c.name for c in conversations],
         "malformed_evidence_ids": sum(c.malformed_evidence for c in conversations),
         **(extra or {}),
@@ -190,7 +195,7 @@ def results_json(benchmark: str, k: int, conversations: Sequence[BenchConversati
         out[name]["per_question"] = [
             {key: r[key] for key in ("qid", "category", "retrieved", "gold", "context_evidence_recall", "context_tokens",
                                      "delivered_images")}
-            | {key: r[key] for key in ("judge", "f1", "answer") if key in r}
+            | {key: r[key] for key in ("context_evidence_recall_rounds", *QA_METRICS, "answer") if key in r}
             for r in run_.rows
         ]
     return out

@@ -261,7 +261,7 @@ class StockSystem(BenchSystem):
 
     def query(self, conv: BenchConversation, q: BenchQuestion, token_budget: Optional[int]) -> QueryOutcome:
         text = q.question
-        if q.image_caption and not q.image_path:  # as the Mem-Gallery harness does for text memories
+        if q.image_caption:  # as the Mem-Gallery harness does for text memories, pixels or not
             text += "\nquestion's image:\nimage_caption: " + q.image_caption
         bundle = QueryBundle(text, image_path=str(q.image_path) if q.image_path else None)
         start = time.perf_counter()
