@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,9 @@ logger = logging.getLogger(__name__)
 
 _ASSISTANT_ROLES = (MessageRole.ASSISTANT, MessageRole.CHATBOT, MessageRole.MODEL)
 _STORED_BLOCKS = (TextBlock, ImageBlock, AudioBlock)
+#: Message extras that hold one entry per block of a kind, in order (as ``add_messages`` reads them).
+_PER_BLOCK_EXTRAS = {"image_ids": ImageBlock, "image_captions": ImageBlock, "transcripts": AudioBlock}
+_REACT_ANSWER = re.compile(r"^\s*Answer:", re.MULTILINE)
 
 
 class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
@@ -97,9 +101,12 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
             await asyncio.to_thread(self._store, exchange)
 
     def _store(self, exchange: list[ChatMessage]) -> None:
-        """One round per exchange. One V-Mem cannot store whole (a corrupt image, audio without a
-        transcript) is stored as its text; one without any text is dropped with a warning."""
-        stamp = {"session_id": self.session_id, "timestamp": today()}
+        """One round per exchange, under this block's session, else the ``Memory``'s (so two chat
+        sessions never chain into one). One V-Mem cannot store whole (a corrupt image, audio without
+        a transcript) is stored as its text; one without any text is dropped with a warning."""
+        session = self.session_id or next((m.additional_kwargs["session_id"] for m in exchange
+                                           if m.additional_kwargs.get("session_id")), None)
+        stamp = {"session_id": session, "timestamp": today()}
         try:
             self.index.add_messages(exchange, **stamp)
             return
@@ -113,8 +120,9 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
 
 
 def _exchanges(messages: list[ChatMessage]) -> list[list[ChatMessage]]:
-    """Flushed messages as the ``[user, assistant]`` pairs ``add_messages`` takes; a reply without its
-    user message (flushed earlier, or a second reply) becomes a round of its own."""
+    """Flushed messages as the ``[user, assistant]`` pairs ``add_messages`` takes. Replies after the
+    first (an agent's answer after its tool steps) join the exchange's reply; a reply without its
+    user message (flushed earlier) becomes a round of its own."""
     out: list[list[ChatMessage]] = []
     for i, message in enumerate(messages):
         kept = _storable(i, message)
@@ -124,25 +132,56 @@ def _exchanges(messages: list[ChatMessage]) -> list[list[ChatMessage]]:
             out.append([kept])
         elif out and len(out[-1]) == 1:
             out[-1].append(kept)
+        elif out:
+            out[-1][1] = _joined(out[-1][1], kept)
         else:
             out.append([ChatMessage(role=MessageRole.USER, content=""), kept])
     return out
 
 
 def _storable(i: int, message: ChatMessage) -> ChatMessage | None:
-    """The message as V-Mem stores it: user or assistant, text, image and audio blocks only."""
+    """The message as V-Mem stores it: user or assistant, text, image and audio blocks only, and of a
+    ReAct agent's reply its answer alone."""
     if message.role != MessageRole.USER and message.role not in _ASSISTANT_ROLES:
         logger.info("not stored: flushed %s message %d %.80r", message.role.value, i, message.content)
         return None
+    role = MessageRole.USER if message.role == MessageRole.USER else MessageRole.ASSISTANT
     blocks = [b for b in message.blocks if isinstance(b, _STORED_BLOCKS)]
     skipped = [type(b).__name__ for b in message.blocks if not isinstance(b, _STORED_BLOCKS)]
     if skipped:
         logger.info("not stored: %s of flushed message %d", ", ".join(skipped), i)
+    if role == MessageRole.ASSISTANT and any(isinstance(b, TextBlock) and _react_answer(b.text) != b.text for b in blocks):
+        logger.info("not stored: the ReAct steps of flushed message %d (its answer is)", i)
+        blocks = [TextBlock(text=_react_answer(b.text)) if isinstance(b, TextBlock) else b for b in blocks]
     if not any(not isinstance(b, TextBlock) or visible(b.text) for b in blocks):
         logger.info("not stored: flushed %s message %d has no text, image or audio", message.role.value, i)
         return None
-    role = MessageRole.USER if message.role == MessageRole.USER else MessageRole.ASSISTANT
     return ChatMessage(role=role, blocks=blocks, additional_kwargs=message.additional_kwargs)
+
+
+def _react_answer(text: str) -> str:
+    """A ReAct agent's reply carries its scratchpad (``Thought:``, ``Action:``, ``Observation:``);
+    what it told the user follows the last ``Answer:``, and a step with none told the user nothing."""
+    if not text.lstrip().startswith("Thought:"):
+        return text
+    answers = list(_REACT_ANSWER.finditer(text))
+    return text[answers[-1].end():].strip() if answers else ""
+
+
+def _joined(reply: ChatMessage, more: ChatMessage) -> ChatMessage:
+    """Two replies of one exchange as one: blocks in order, and each per-block extra list
+    (``image_ids``, ``image_captions``, ``transcripts``) kept aligned with its blocks."""
+    extras = {name: [*_per_block(reply, name, kind), *_per_block(more, name, kind)]
+              for name, kind in _PER_BLOCK_EXTRAS.items() if name in reply.additional_kwargs or name in more.additional_kwargs}
+    return ChatMessage(role=MessageRole.ASSISTANT, blocks=[*reply.blocks, *more.blocks],
+                       additional_kwargs={**reply.additional_kwargs, **more.additional_kwargs, **extras})
+
+
+def _per_block(message: ChatMessage, name: str, kind: type) -> list[Any]:
+    """``additional_kwargs[name]`` with one entry per block of ``kind`` (None where it gives none)."""
+    count = sum(isinstance(b, kind) for b in message.blocks)
+    given = list(message.additional_kwargs.get(name) or [])[:count]
+    return given + [None] * (count - len(given))
 
 
 def latest_user_message(messages: list[ChatMessage]) -> ChatMessage | None:

@@ -10,7 +10,7 @@ the index writes their bytes when it commits the round.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -310,12 +310,14 @@ class RoundNodeParser(NodeParser):
         else:
             target.assistant = text
 
-    @staticmethod
-    def _image_from_block(item: str, block: ImageBlock, ids: List[Any], captions: List[Any], i: int, role: str) -> ImageInput:
+    def _image_from_block(self, item: str, block: ImageBlock, ids: List[Any], captions: List[Any], i: int, role: str) -> ImageInput:
+        """The block's image, read and checked now: a chat engine refuses a turn whose image it
+        cannot store before its LLM answers, and the bytes in hand are stored without a second read
+        (a URL is fetched once, outside the memory's write lock)."""
         data = None
         if block.image is not None and block.path is None:
             data = block.resolve_image(as_base64=False).read()
-        return ImageInput(
+        image = ImageInput(
             image_id=optional_str(item, "image_id", ids[i]) if i < len(ids) else None,
             path=str(block.path) if block.path is not None else None,
             data=data,
@@ -323,6 +325,12 @@ class RoundNodeParser(NodeParser):
             caption=optional_str(item, "caption", captions[i]) if i < len(captions) else None,
             role=role,
         )
+        if not image.has_pixels:
+            if not visible(image.caption):
+                raise VMemInputError(item, "has neither pixels nor a caption")
+            return image
+        raw = images.read_source(item, path=image.path, data=image.data, url=image.url, fence=self._fence())
+        return replace(image, path=None, url=None, data=images.validate(item, raw).data)
 
     def _transcribe(self, item: str, block: AudioBlock, transcripts: List[Any], i: int) -> str:
         if i < len(transcripts):

@@ -258,7 +258,7 @@ def test_bad_image_block_in_second_message_round(memory, fresh_image):
              additional_kwargs={"image_ids": ["M:IMG_2"]}),
         assistant("cannot see it"),
     ]
-    err = rejected(memory, lambda: memory.add_messages(messages), item="round R4 image M:IMG_2")
+    err = rejected(memory, lambda: memory.add_messages(messages), item="message 2 image 0")
     assert "ftp" in err.problem
 
 

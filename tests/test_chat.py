@@ -19,6 +19,7 @@ from llama_index.core.base.llms.types import (
 )
 from llama_index.core.chat_engine import ContextChatEngine
 from llama_index.core.memory import Memory
+from llama_index.core.schema import NodeRelationship
 
 from llama_index_vmem import (
     ImageBudget,
@@ -81,7 +82,8 @@ def test_memory_block_stores_what_memory_flushes_and_logs_what_it_leaves_out(mak
                     additional_kwargs={"image_captions": ["a tabby cat lying down"]}),
         ChatMessage(role=assistant, blocks=[ThinkingBlock(content="cats..."), TextBlock(text="She is lovely.")]),
         ChatMessage(role=user, content="What's the weather in Oslo?"),
-        ChatMessage(role=assistant, blocks=[ToolCallBlock(tool_call_id="1", tool_name="weather", tool_kwargs={})]),
+        ChatMessage(role=assistant, blocks=[TextBlock(text="Let me look that up."),
+                                            ToolCallBlock(tool_call_id="1", tool_name="weather", tool_kwargs={})]),
         ChatMessage(role=MessageRole.TOOL, content="12C and rain", additional_kwargs={"tool_call_id": "1"}),
         ChatMessage(role=assistant, content="It is 12C and raining in Oslo."),
         ChatMessage(role=user, blocks=[AudioBlock(audio=wav, format="wav")],
@@ -96,7 +98,7 @@ def test_memory_block_stores_what_memory_flushes_and_logs_what_it_leaves_out(mak
     assert texts == [
         "Assistant: Your parcel arrived on Monday.",
         "User: This is my cat Mochi.\n[Image S1:2:IMG_1] a tabby cat lying down\nAssistant: She is lovely.",
-        "User: What's the weather in Oslo?\nAssistant: It is 12C and raining in Oslo.",  # tool steps left out
+        "User: What's the weather in Oslo?\nAssistant: Let me look that up.\nIt is 12C and raining in Oslo.",  # one answer, tool steps left out
         "User: [Audio: I booked a flight to Lisbon for May.]\nAssistant: Have a great trip!",
         "User: Listen to my song.",  # audio without a transcript: kept as its text
         "User: Two user messages in a row.",
@@ -108,6 +110,28 @@ def test_memory_block_stores_what_memory_flushes_and_logs_what_it_leaves_out(mak
     assert "not stored: ThinkingBlock of flushed message 3" in log
     assert "not stored: ToolCallBlock of flushed message 5" in log
     assert "storing a flushed exchange as text only" in log and "audio needs a transcript" in log
+
+
+def test_memory_block_keeps_a_react_answer_and_each_memory_sessions_own_chain(make_index):
+    """A ReAct agent's reply is stored as its answer, without its scratchpad; a block given no
+    session stores each ``Memory`` session's rounds under that session, so they never chain together."""
+    index = make_index()
+    block = VMemMemoryBlock(index=index, delivery="text")
+    user, assistant = MessageRole.USER, MessageRole.ASSISTANT
+    react = ("Thought: I need the weather tool.\nAction: weather\nAction Input: {'city': 'Oslo'}\n"
+             "Observation: 12C, rain\nThought: I can answer without a tool.\nAnswer: It is 12C and raining in Oslo.")
+    asyncio.run(block.aput([ChatMessage(role=user, content="What is the weather in Oslo?"),
+                            ChatMessage(role=assistant, content="Thought: I need the weather tool.\nAction: weather"),
+                            ChatMessage(role=assistant, content=react)], session_id="alice-chat"))
+    asyncio.run(block.aput([ChatMessage(role=user, content="My dog Rex is a beagle."),
+                            ChatMessage(role=assistant, content="Thought: I can answer without a tool.\nAnswer: Noted.")],
+                           session_id="bob-chat"))
+    rounds = _rounds(index)
+    assert [(r.metadata["session_id"], r.text) for r in rounds] == [
+        ("alice-chat", "User: What is the weather in Oslo?\nAssistant: It is 12C and raining in Oslo."),
+        ("bob-chat", "User: My dog Rex is a beagle.\nAssistant: Noted."),
+    ]
+    assert NodeRelationship.PREVIOUS not in rounds[1].relationships, "another session's round is no neighbour"
 
 
 def test_memory_block_recalls_with_the_attached_image(make_index, photos):
@@ -267,10 +291,23 @@ def test_every_chat_variant_appends_exactly_one_round(make_index, photos, mode):
         (MessageRole.USER, "What is my cat called?"), (MessageRole.ASSISTANT, "Her name is Mochi, a tabby.")]
 
 
+UNSTORABLE = {
+    "audio_without_transcript": (lambda photos: [TextBlock(text="Listen to my song."),
+                                                 AudioBlock(audio=b"RIFF....WAVEfmt ", format="wav")],
+                                 r"^message 0 audio 0: audio needs a transcript"),
+    "second_image_corrupt": (lambda photos: [TextBlock(text="Are these the same cat?"), ImageBlock(path=photos["chelsea"]),
+                                             ImageBlock(image=b"not an image")], r"^message 0 image 1: not an image"),
+    "image_block_empty": (lambda photos: [TextBlock(text="Look!"), ImageBlock()],
+                          r"^message 0 image 0: has neither pixels nor a caption"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(UNSTORABLE))
 @pytest.mark.parametrize("mode", ["chat", "stream_chat", "achat", "astream_chat"])
-def test_a_message_the_memory_cannot_store_fails_before_the_llm_is_called(make_index, photos, mode):
-    """Audio without a transcript is named before any LLM call; the chat history and the memory stay
-    as they were (even when the call passes a new history), and the next turn answers and is stored."""
+def test_a_message_the_memory_cannot_store_fails_before_the_llm_is_called(make_index, photos, mode, bad):
+    """Audio without a transcript, or an image after the first that cannot be read, is named before
+    any LLM call; the chat history and the memory stay as they were (even when the call passes a new
+    history), and the next turn answers and is stored."""
     index = _memory(make_index, photos)
     llm = StreamingLLM(default="Noted.")
     engine = index.as_chat_engine(llm=llm, session_id="S")
@@ -292,10 +329,10 @@ def test_a_message_the_memory_cannot_store_fails_before_the_llm_is_called(make_i
     history, rounds = engine.chat_history, len(index)
     llm.prompts.clear()
     llm.chats.clear()
-    song = ChatMessage(role=MessageRole.USER,
-                       blocks=[TextBlock(text="Listen to my song."), AudioBlock(audio=b"RIFF....WAVEfmt ", format="wav")])
-    with pytest.raises(VMemInputError, match=r"^message 0 audio 0: audio needs a transcript"):
-        turn(song, chat_history=[ChatMessage(role=MessageRole.USER, content="A new history.")])
+    blocks, error = UNSTORABLE[bad]
+    with pytest.raises(VMemInputError, match=error):
+        turn(ChatMessage(role=MessageRole.USER, blocks=blocks(photos)),
+             chat_history=[ChatMessage(role=MessageRole.USER, content="A new history.")])
     assert llm.prompts == [] and llm.chats == []
     assert engine.chat_history == history and len(index) == rounds
     assert turn("Where does my sister live?") == "Noted."
