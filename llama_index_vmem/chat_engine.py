@@ -33,10 +33,12 @@ from llama_index.core.memory import BaseMemory, Memory
 from llama_index.core.types import Thread
 
 from . import images as image_io
+from . import schema
 from .errors import VMemInputError
 from .index import VMemIndex
-from .messages import message_text, query_from_message, today
-from .node_parser import RoundInput
+from .memory_block import VMemMemoryBlock
+from .messages import query_from_message, today
+from .node_parser import RoundInput, round_spans
 from .query_engine import AnswerRequest, VMemQueryEngine
 
 
@@ -56,6 +58,10 @@ class VMemChatEngine(BaseChatEngine):
         system_prompt: str | None = None,
         session_id: str | None = None,
     ) -> None:
+        if any(_same_memory(block.index, index) for block in getattr(memory, "memory_blocks", [])
+               if isinstance(block, VMemMemoryBlock)):
+            raise VMemInputError("memory", "has a VMemMemoryBlock on this memory, which would store every exchange "
+                                           "a second time: the chat engine stores each exchange itself")
         self.index = index
         self.query_engine = query_engine
         self.session_id = session_id
@@ -103,9 +109,15 @@ class VMemChatEngine(BaseChatEngine):
         [pending] = self.index.rounds_from_messages([user], session_id=self.session_id)
         return pending
 
-    def _remember(self, pending: RoundInput, answer: str) -> None:
-        """The exchange becomes a round of the memory (with the user's image), stamped when it ended."""
-        self.index.add_round_inputs([replace(pending, assistant=answer, timestamp=today())])
+    def _remember(self, pending: RoundInput, answer: str) -> ChatMessage:
+        """The exchange becomes a round of the memory (with the user's image), stamped when it ended.
+        Returns the user's turn for the chat history as the round tells it, each picture as
+        ``[Image <id>] caption``: an image-only turn is not an empty message, and history and memory
+        name a picture alike."""
+        [stored] = self.index.add_round_inputs([replace(pending, assistant=answer, timestamp=today())])
+        spans = round_spans(pending, stored.metadata[schema.ROUND_KEY])
+        return ChatMessage(role=MessageRole.USER,
+                           content="\n".join(text for role, text in spans if role != schema.Role.ASSISTANT.value and text))
 
     def chat(
         self,
@@ -120,8 +132,8 @@ class VMemChatEngine(BaseChatEngine):
             self._memory.set(chat_history)
         request, llm_input = self._prepare(user, self._memory.get())
         answer = (self._llm.chat(llm_input).message.content or "").strip()
-        self._memory.put_messages([_text_only(user), ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
-        self._remember(pending, answer)
+        said = self._remember(pending, answer)
+        self._memory.put_messages([said, ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
         return AgentChatResponse(response=answer, source_nodes=request.nodes, metadata=request.metadata)
 
     async def achat(
@@ -137,8 +149,8 @@ class VMemChatEngine(BaseChatEngine):
             await self._memory.aset(chat_history)
         request, llm_input = await asyncio.to_thread(self._prepare, user, await self._memory.aget())
         answer = ((await self._llm.achat(llm_input)).message.content or "").strip()
-        await self._memory.aput_messages([_text_only(user), ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
-        await asyncio.to_thread(self._remember, pending, answer)
+        said = await asyncio.to_thread(self._remember, pending, answer)
+        await self._memory.aput_messages([said, ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
         return AgentChatResponse(response=answer, source_nodes=request.nodes, metadata=request.metadata)
 
     def stream_chat(
@@ -148,21 +160,21 @@ class VMemChatEngine(BaseChatEngine):
         image_path: str | None = None,
         image_caption: str | None = None,
     ) -> StreamingAgentChatResponse:
-        """The round is appended when the stream ends, whether or not the caller reads it."""
+        """The exchange is written (history and memory) when the stream ends, whether or not the
+        caller reads it; a stream that fails writes nothing, as a failed ``chat`` does."""
         user = _user_message(message, image_path, image_caption)
         pending = self._user_round(user)
         if chat_history is not None:
             self._memory.set(chat_history)
         request, llm_input = self._prepare(user, self._memory.get())
         stream = self._llm.stream_chat(llm_input)
-        self._memory.put(_text_only(user))
 
         def remembered() -> ChatResponseGen:
             answer = ""
             for chunk in stream:
                 answer += chunk.delta or ""
                 yield chunk
-            self._remember(pending, answer.strip())
+            self._memory.put(self._remember(pending, answer.strip()))  # LlamaIndex puts the reply after it
 
         response = StreamingAgentChatResponse(chat_stream=remembered(), source_nodes=request.nodes)
         response.write_response_to_history_thread = Thread(target=response.write_response_to_history, args=(self._memory,))
@@ -176,21 +188,21 @@ class VMemChatEngine(BaseChatEngine):
         image_path: str | None = None,
         image_caption: str | None = None,
     ) -> StreamingAgentChatResponse:
-        """The round is appended when the stream ends, whether or not the caller reads it."""
+        """The exchange is written (history and memory) when the stream ends, whether or not the
+        caller reads it while the event loop runs; a stream that fails writes nothing."""
         user = _user_message(message, image_path, image_caption)
         pending = await asyncio.to_thread(self._user_round, user)
         if chat_history is not None:
             await self._memory.aset(chat_history)
         request, llm_input = await asyncio.to_thread(self._prepare, user, await self._memory.aget())
         stream = await self._llm.astream_chat(llm_input)
-        await self._memory.aput(_text_only(user))
 
         async def remembered() -> ChatResponseAsyncGen:
             answer = ""
             async for chunk in stream:
                 answer += chunk.delta or ""
                 yield chunk
-            await asyncio.to_thread(self._remember, pending, answer.strip())
+            await self._memory.aput(await asyncio.to_thread(self._remember, pending, answer.strip()))  # the reply follows
 
         response = StreamingAgentChatResponse(achat_stream=remembered(), source_nodes=request.nodes)
         response.awrite_response_to_history_task = asyncio.create_task(response.awrite_response_to_history(self._memory))
@@ -219,5 +231,5 @@ def _user_message(message: str | ChatMessage, image_path: str | None, image_capt
     return user
 
 
-def _text_only(user: ChatMessage) -> ChatMessage:
-    return ChatMessage(role=MessageRole.USER, content=message_text(user))
+def _same_memory(a: VMemIndex, b: VMemIndex) -> bool:
+    return (a.store.identity, a.memory_id) == (b.store.identity, b.memory_id)

@@ -101,12 +101,11 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
             await asyncio.to_thread(self._store, exchange)
 
     def _store(self, exchange: list[ChatMessage]) -> None:
-        """One round per exchange, under this block's session, else the ``Memory``'s (so two chat
-        sessions never chain into one). One V-Mem cannot store whole (a corrupt image, audio without
-        a transcript) is stored as its text; one without any text is dropped with a warning."""
-        session = self.session_id or next((m.additional_kwargs["session_id"] for m in exchange
-                                           if m.additional_kwargs.get("session_id")), None)
-        stamp = {"session_id": session, "timestamp": today()}
+        """One round per exchange, under this block's ``session_id``: not the ``Memory``'s, a random
+        uuid that would make every round and image id unreadable. One V-Mem cannot store whole (a
+        corrupt image, audio without a transcript) is stored as its text; one without any text is
+        dropped with a warning."""
+        stamp = {"session_id": self.session_id, "timestamp": today()}
         try:
             self.index.add_messages(exchange, **stamp)
             return

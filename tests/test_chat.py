@@ -19,7 +19,6 @@ from llama_index.core.base.llms.types import (
 )
 from llama_index.core.chat_engine import ContextChatEngine
 from llama_index.core.memory import Memory
-from llama_index.core.schema import NodeRelationship
 
 from llama_index_vmem import (
     ImageBudget,
@@ -112,26 +111,23 @@ def test_memory_block_stores_what_memory_flushes_and_logs_what_it_leaves_out(mak
     assert "storing a flushed exchange as text only" in log and "audio needs a transcript" in log
 
 
-def test_memory_block_keeps_a_react_answer_and_each_memory_sessions_own_chain(make_index):
-    """A ReAct agent's reply is stored as its answer, without its scratchpad; a block given no
-    session stores each ``Memory`` session's rounds under that session, so they never chain together."""
+def test_memory_block_stores_a_react_reply_as_its_answer(make_index):
+    """A ReAct agent's reply is stored as its answer, without its scratchpad; a step that only
+    called a tool told the user nothing and is left out."""
     index = make_index()
-    block = VMemMemoryBlock(index=index, delivery="text")
+    block = VMemMemoryBlock(index=index, delivery="text", session_id="S")
     user, assistant = MessageRole.USER, MessageRole.ASSISTANT
     react = ("Thought: I need the weather tool.\nAction: weather\nAction Input: {'city': 'Oslo'}\n"
              "Observation: 12C, rain\nThought: I can answer without a tool.\nAnswer: It is 12C and raining in Oslo.")
     asyncio.run(block.aput([ChatMessage(role=user, content="What is the weather in Oslo?"),
                             ChatMessage(role=assistant, content="Thought: I need the weather tool.\nAction: weather"),
-                            ChatMessage(role=assistant, content=react)], session_id="alice-chat"))
-    asyncio.run(block.aput([ChatMessage(role=user, content="My dog Rex is a beagle."),
-                            ChatMessage(role=assistant, content="Thought: I can answer without a tool.\nAnswer: Noted.")],
-                           session_id="bob-chat"))
-    rounds = _rounds(index)
-    assert [(r.metadata["session_id"], r.text) for r in rounds] == [
-        ("alice-chat", "User: What is the weather in Oslo?\nAssistant: It is 12C and raining in Oslo."),
-        ("bob-chat", "User: My dog Rex is a beagle.\nAssistant: Noted."),
+                            ChatMessage(role=assistant, content=react),
+                            ChatMessage(role=user, content="My dog Rex is a beagle."),
+                            ChatMessage(role=assistant, content="Thought: I can answer without a tool.\nAnswer: Noted.")]))
+    assert [r.text for r in _rounds(index)] == [
+        "User: What is the weather in Oslo?\nAssistant: It is 12C and raining in Oslo.",
+        "User: My dog Rex is a beagle.\nAssistant: Noted.",
     ]
-    assert NodeRelationship.PREVIOUS not in rounds[1].relationships, "another session's round is no neighbour"
 
 
 def test_memory_block_recalls_with_the_attached_image(make_index, photos):
@@ -212,8 +208,19 @@ def test_a_voice_note_asks_its_question_in_its_transcript(make_index, photos):
     assert str(engine.chat(voice)) == "Lisbon."
     assert "QUESTION: Where did I move to?" in llm.prompts[-1]
     assert "User: I moved to Lisbon." in llm.prompts[-1]
-    assert [m.content for m in engine.chat_history] == ["Where did I move to?", "Lisbon."]
+    assert [m.content for m in engine.chat_history] == ["[Audio: Where did I move to?]", "Lisbon."]  # as the round tells it
     assert _rounds(index)[-1].text == "User: [Audio: Where did I move to?]\nAssistant: Lisbon."
+
+
+def test_an_image_only_turn_is_named_in_the_chat_history_not_left_empty(make_index, photos):
+    index = _memory(make_index, photos)
+    llm = ScriptedLLM(default="That is Mochi.")
+    engine = index.as_chat_engine(llm=llm, session_id="S")
+    engine.chat(ChatMessage(role=MessageRole.USER, blocks=[ImageBlock(path=photos["chelsea"])],
+                            additional_kwargs={"image_captions": ["a tabby cat"]}))
+    engine.chat("What breed did you say she was?")
+    assert [m.content for m in engine.chat_history][:2] == ["[Image S:1:IMG_1] a tabby cat", "That is Mochi."]
+    assert "[Image S:1:IMG_1] a tabby cat" in llm.prompts[-1], "the next turn's LLM input names the picture"
 
 
 def test_chat_engine_sends_the_chat_history_before_the_answer_prompt(make_index, photos):
@@ -287,8 +294,8 @@ def test_every_chat_variant_appends_exactly_one_round(make_index, photos, mode):
     [new] = [r for r in _rounds(index) if r.metadata["session_id"] == "S"]
     assert new.text == "User: What is my cat called?\n[Image S:1:IMG_1]\nAssistant: Her name is Mochi, a tabby."
     assert new.metadata["image_ids"] == ["S:1:IMG_1"]
-    assert [(m.role, m.content) for m in engine.chat_history] == [
-        (MessageRole.USER, "What is my cat called?"), (MessageRole.ASSISTANT, "Her name is Mochi, a tabby.")]
+    assert [(m.role, m.content) for m in engine.chat_history] == [  # the picture named as the memory names it
+        (MessageRole.USER, "What is my cat called?\n[Image S:1:IMG_1]"), (MessageRole.ASSISTANT, "Her name is Mochi, a tabby.")]
 
 
 UNSTORABLE = {
@@ -341,6 +348,41 @@ def test_a_message_the_memory_cannot_store_fails_before_the_llm_is_called(make_i
     assert len(index) == rounds + 1
 
 
+def test_a_chat_engine_refuses_a_memory_block_that_would_store_each_exchange_twice(make_index, photos):
+    index = _memory(make_index, photos)
+    memory = Memory.from_defaults(memory_blocks=[VMemMemoryBlock(index=index)])
+    with pytest.raises(VMemInputError, match="^memory: has a VMemMemoryBlock on this memory"):
+        index.as_chat_engine(llm=StreamingLLM(default="Noted."), memory=memory)
+    other = make_index(memory_id="notes")  # another memory's block is the user's choice
+    assert index.as_chat_engine(llm=StreamingLLM(default="Noted."),
+                                memory=Memory.from_defaults(memory_blocks=[VMemMemoryBlock(index=other)])) is not None
+
+
+class BrokenStreamLLM(StreamingLLM):
+    """Streams one word, then its connection drops."""
+
+    def stream_complete(self, prompt, formatted=False, **kwargs):
+        yield CompletionResponse(text="Her", delta="Her")
+        raise ConnectionError("connection reset mid-stream")
+
+
+@pytest.mark.parametrize("mode", ["stream_chat", "astream_chat"])
+def test_a_stream_that_fails_writes_nothing_as_a_failed_chat_does(make_index, photos, mode):
+    index = _memory(make_index, photos)
+    engine = index.as_chat_engine(llm=BrokenStreamLLM(default="Her name is Mochi."), session_id="S")
+    rounds = len(index)
+
+    async def consume():
+        return "".join([d async for d in (await engine.astream_chat("What is my cat called?")).async_response_gen()])
+
+    with pytest.raises(ConnectionError, match="connection reset"):
+        if mode == "stream_chat":
+            "".join(engine.stream_chat("What is my cat called?").response_gen)
+        else:
+            asyncio.run(consume())
+    assert engine.chat_history == [] and len(index) == rounds
+
+
 # -- LlamaIndex's ContextChatEngine over the retriever ----------------------------------------
 
 
@@ -385,8 +427,7 @@ def test_agent_example_recalls_turns_flushed_from_short_term_memory(make_index):
 
     assert asyncio.run(converse()) == ["Noted.", "Noted.", "Noted.", "In Bergen."]
     # The first turns were flushed from the chat history into V-Mem ...
-    assert "User: My sister Ingrid lives in Bergen.\nAssistant: Thought: I can answer without a tool.\nAnswer: Noted." in [
-        r.text for r in _rounds(index)]
+    assert "User: My sister Ingrid lives in Bergen.\nAssistant: Noted." in [r.text for r in _rounds(index)]  # the answer, not ReAct's steps
     last = llm.prompts[-1]
     history = last[last.index("## Current Conversation"):]
     recalled = history[history.index("<long_term_memory>"):history.index("</long_term_memory>")]
