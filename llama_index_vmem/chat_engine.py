@@ -22,6 +22,7 @@ from llama_index.core.base.llms.types import (
     ChatResponseGen,
     ImageBlock,
     MessageRole,
+    TextBlock,
 )
 from llama_index.core.chat_engine.types import (
     AgentChatResponse,
@@ -31,6 +32,7 @@ from llama_index.core.chat_engine.types import (
 from llama_index.core.llms import LLM
 from llama_index.core.memory import BaseMemory, Memory
 from llama_index.core.types import Thread
+from llama_index.core.utils import get_tokenizer
 
 from . import images as image_io
 from . import schema
@@ -40,6 +42,12 @@ from .memory_block import VMemMemoryBlock
 from .messages import query_from_message, today
 from .node_parser import RoundInput, round_spans
 from .query_engine import AnswerRequest, VMemQueryEngine
+
+
+#: Room left in the model's window for its reply (as LlamaIndex's chat engines leave).
+REPLY_TOKENS = 256
+#: Tokens an image is counted as (``Memory``'s ``image_token_size_estimate`` default).
+IMAGE_TOKENS = 256
 
 
 class VMemChatEngine(BaseChatEngine):
@@ -97,9 +105,20 @@ class VMemChatEngine(BaseChatEngine):
     # -- one turn -----------------------------------------------------------------------------
 
     def _prepare(self, user: ChatMessage, history: list[ChatMessage]) -> tuple[AnswerRequest, list[ChatMessage]]:
-        """Retrieval with the user's text and image, and the LLM input: the history, then the answer prompt."""
+        """Retrieval with the user's text and image, and the LLM input: the history, then the answer
+        prompt. ``Memory`` budgets the history alone, so the oldest turns that would push the input
+        past the model's window (less room for the reply) are left out of this call."""
         request = self.query_engine.prepare(query_from_message(self.index, user))
-        return request, [*self._prefix, *history, request.message]
+        room = self._llm.metadata.context_window - REPLY_TOKENS - sum(map(_tokens, [*self._prefix, request.message]))
+        kept: list[ChatMessage] = []
+        for message in reversed(history):
+            room -= _tokens(message)
+            if room < 0:
+                break
+            kept.append(message)
+        while kept and kept[-1].role != MessageRole.USER:  # the history starts with a user's turn
+            kept.pop()
+        return request, [*self._prefix, *reversed(kept), request.message]
 
     def _user_round(self, user: ChatMessage) -> RoundInput:
         """The user's half of this turn's round, checked as ``add_messages`` checks it: a message the
@@ -229,6 +248,13 @@ def _user_message(message: str | ChatMessage, image_path: str | None, image_capt
             raise VMemInputError("image_caption", "describes an attached image, but none is attached")
         user.additional_kwargs = {**user.additional_kwargs, "image_captions": [image_caption]}
     return user
+
+
+def _tokens(message: ChatMessage) -> int:
+    """A message's size as LlamaIndex's ``Memory`` estimates it: its text's tokens, and a fixed
+    estimate per image."""
+    text = "".join(b.text for b in message.blocks if isinstance(b, TextBlock))
+    return len(get_tokenizer()(text)) + IMAGE_TOKENS * sum(isinstance(b, ImageBlock) for b in message.blocks)
 
 
 def _same_memory(a: VMemIndex, b: VMemIndex) -> bool:

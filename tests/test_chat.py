@@ -223,6 +223,30 @@ def test_an_image_only_turn_is_named_in_the_chat_history_not_left_empty(make_ind
     assert "[Image S:1:IMG_1] a tabby cat" in llm.prompts[-1], "the next turn's LLM input names the picture"
 
 
+def test_the_history_sent_leaves_room_in_the_window_for_the_answer_prompt(make_index, photos):
+    """``Memory`` budgets the history alone: the engine leaves out the oldest turns that would push
+    the LLM input, recalled context included, past the model's window."""
+    from llama_index.core.base.llms.types import LLMMetadata
+    from llama_index.core.utils import get_tokenizer
+
+    class SmallWindow(ScriptedLLM):
+        @property
+        def metadata(self):
+            return LLMMetadata(model_name="small", context_window=1500)
+
+    index = _memory(make_index, photos)
+    llm = SmallWindow(default="Noted.")
+    engine = index.as_chat_engine(llm=llm, session_id="S")
+    facts = [f"Fact {i}: " + " ".join(["my garden has tomatoes and basil"] * 12) for i in range(8)]
+    for fact in facts:
+        engine.chat(fact)
+    sent = llm.chats[-1]
+    assert sum(len(get_tokenizer()(m.content or "")) for m in sent) <= 1500 - 256
+    assert sent[-3].content.startswith("Fact 6:") and sent[-2].content == "Noted.", "the latest turns are kept"
+    assert sent[0].role == MessageRole.USER and not sent[0].content.startswith("Fact 0:"), "the oldest are left out"
+    assert len(engine.chat_history) == 16, "the chat history itself keeps every turn"
+
+
 def test_chat_engine_sends_the_chat_history_before_the_answer_prompt(make_index, photos):
     llm = ScriptedLLM(default="Sure.")
     engine = _memory(make_index, photos).as_chat_engine(llm=llm, system_prompt="Be brief.")
