@@ -22,7 +22,6 @@ from llama_index.core.base.llms.types import (
     ChatResponseGen,
     ImageBlock,
     MessageRole,
-    TextBlock,
 )
 from llama_index.core.chat_engine.types import (
     AgentChatResponse,
@@ -32,10 +31,10 @@ from llama_index.core.chat_engine.types import (
 from llama_index.core.llms import LLM
 from llama_index.core.memory import BaseMemory, Memory
 from llama_index.core.types import Thread
-from llama_index.core.utils import get_tokenizer
 
 from . import images as image_io
 from . import schema
+from .delivery import content_tokens
 from .errors import VMemInputError
 from .index import VMemIndex
 from .memory_block import VMemMemoryBlock
@@ -46,8 +45,6 @@ from .query_engine import AnswerRequest, VMemQueryEngine
 
 #: Room left in the model's window for its reply (as LlamaIndex's chat engines leave).
 REPLY_TOKENS = 256
-#: Tokens an image is counted as (``Memory``'s ``image_token_size_estimate`` default).
-IMAGE_TOKENS = 256
 
 
 class VMemChatEngine(BaseChatEngine):
@@ -109,10 +106,11 @@ class VMemChatEngine(BaseChatEngine):
         prompt. ``Memory`` budgets the history alone, so the oldest turns that would push the input
         past the model's window (less room for the reply) are left out of this call."""
         request = self.query_engine.prepare(query_from_message(self.index, user))
-        room = self._llm.metadata.context_window - REPLY_TOKENS - sum(map(_tokens, [*self._prefix, request.message]))
+        sent = sum(content_tokens(m.blocks) for m in [*self._prefix, request.message])
+        room = self._llm.metadata.context_window - REPLY_TOKENS - sent
         kept: list[ChatMessage] = []
         for message in reversed(history):
-            room -= _tokens(message)
+            room -= content_tokens(message.blocks)
             if room < 0:
                 break
             kept.append(message)
@@ -248,13 +246,6 @@ def _user_message(message: str | ChatMessage, image_path: str | None, image_capt
             raise VMemInputError("image_caption", "describes an attached image, but none is attached")
         user.additional_kwargs = {**user.additional_kwargs, "image_captions": [image_caption]}
     return user
-
-
-def _tokens(message: ChatMessage) -> int:
-    """A message's size as LlamaIndex's ``Memory`` estimates it: its text's tokens, and a fixed
-    estimate per image."""
-    text = "".join(b.text for b in message.blocks if isinstance(b, TextBlock))
-    return len(get_tokenizer()(text)) + IMAGE_TOKENS * sum(isinstance(b, ImageBlock) for b in message.blocks)
 
 
 def _same_memory(a: VMemIndex, b: VMemIndex) -> bool:

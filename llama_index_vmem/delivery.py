@@ -25,6 +25,7 @@ from llama_index.core.base.llms.types import ImageBlock, TextBlock
 from llama_index.core.llms import LLM
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.utils import get_tokenizer
 from PIL import Image, ImageDraw, ImageFont
 from pydantic import PrivateAttr
 
@@ -65,6 +66,49 @@ class ImageBudget:
 
     max_images: int = 8
     max_side: int = 1024
+
+
+#: Tokens an image is counted as (LlamaIndex ``Memory``'s ``image_token_size_estimate`` default).
+IMAGE_TOKENS = 256
+
+
+def content_tokens(blocks: Sequence[ContentBlock]) -> int:
+    """Delivered content's size as LlamaIndex's ``Memory`` estimates it: the text's tokens, and a
+    fixed estimate per image."""
+    text = "".join(b.text for b in blocks if isinstance(b, TextBlock))
+    return len(get_tokenizer()(text)) + IMAGE_TOKENS * sum(isinstance(b, ImageBlock) for b in blocks)
+
+
+def merge_text(blocks: Sequence[ContentBlock]) -> List[ContentBlock]:
+    """Adjacent text blocks joined, empty ones dropped, so text delivery is exactly one text block."""
+    out: List[ContentBlock] = []
+    for block in blocks:
+        if isinstance(block, TextBlock) and out and isinstance(out[-1], TextBlock):
+            out[-1] = TextBlock(text=out[-1].text + block.text)
+        elif not (isinstance(block, TextBlock) and not block.text):
+            out.append(block)
+    return out
+
+
+def split_blocks(content: Sequence[ContentBlock]) -> List[List[ContentBlock]]:
+    """Delivered content cut back into its neighbour blocks, at the separators delivery put between them."""
+    parts: List[List[ContentBlock]] = [[]]
+    for block in content:
+        if not isinstance(block, TextBlock):
+            parts[-1].append(block)
+            continue
+        first, *rest = block.text.split(BLOCK_SEPARATOR)
+        parts[-1].append(TextBlock(text=first))
+        parts += [[TextBlock(text=text)] for text in rest]
+    return [merge_text(part) for part in parts if merge_text(part)]
+
+
+def join_blocks(parts: Sequence[Sequence[ContentBlock]]) -> List[ContentBlock]:
+    """The inverse of ``split_blocks``."""
+    out: List[ContentBlock] = []
+    for i, part in enumerate(parts):
+        out += ([TextBlock(text=BLOCK_SEPARATOR)] if i else []) + list(part)
+    return merge_text(out)
 
 
 def text_context(nodes: List[NodeWithScore]) -> str:

@@ -30,9 +30,9 @@ from llama_index.core.base.llms.types import (
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.memory.memory import BaseMemoryBlock
-from llama_index.core.schema import NodeWithScore
+from llama_index.core.schema import ImageNode, NodeWithScore
 
-from .delivery import Deliverer, DeliveryMode, ImageBudget
+from .delivery import Deliverer, DeliveryMode, ImageBudget, content_tokens, join_blocks, split_blocks
 from .errors import VMemInputError
 from .index import VMemIndex
 from .messages import attached_image, message_text, query_from_message, today
@@ -65,6 +65,8 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
     delivery: DeliveryMode = Field(default=DeliveryMode.TEXT, description="text or pixels.")
     image_budget: ImageBudget | None = Field(default=None, description="Cap on delivered images (pixels).")
     session_id: str | None = Field(default=None, description="Session the flushed rounds are stored under.")
+    priority: int = Field(default=1, description="Memory's truncation priority: 1, so recall is cut to fit "
+                                                 "Memory's token_limit (0 never cuts it).")
     _retriever: VMemRetriever = PrivateAttr()
     _postprocessor: NeighborRoundPostprocessor = PrivateAttr()
     _deliverer: Deliverer = PrivateAttr()
@@ -89,7 +91,14 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
             logger.warning("recalling with the text only: %s", e)
             nodes = self._retrieve(VMemQueryBundle(message_text(message)))
         # No query here: the attachment is already in the user's message, so it is not delivered twice.
-        return [_inline(b) for b in self._deliverer.deliver(nodes)] if nodes else []
+        return [_inline(b) for b in self._deliverer.deliver(_best_first(nodes))] if nodes else []
+
+    async def atruncate(self, content: list[ContentBlock], tokens_to_truncate: int) -> list[ContentBlock] | None:
+        """Drop whole neighbour blocks, least relevant first, until ``tokens_to_truncate`` are freed."""
+        blocks = split_blocks(content)
+        while blocks and tokens_to_truncate > 0:
+            tokens_to_truncate -= content_tokens(blocks.pop())
+        return join_blocks(blocks) or None
 
     def _retrieve(self, query: VMemQueryBundle) -> list[NodeWithScore]:
         if not query.query_str and not query.image_path:
@@ -181,6 +190,18 @@ def _per_block(message: ChatMessage, name: str, kind: type) -> list[Any]:
     count = sum(isinstance(b, kind) for b in message.blocks)
     given = list(message.additional_kwargs.get(name) or [])[:count]
     return given + [None] * (count - len(given))
+
+
+def _best_first(nodes: list[NodeWithScore]) -> list[NodeWithScore]:
+    """Neighbour blocks, each with the image nodes after it, best first: ``Memory`` truncates a
+    block's content from its end, so the least relevant go first."""
+    groups: list[list[NodeWithScore]] = []
+    for n in nodes:
+        if isinstance(n.node, ImageNode) and groups:
+            groups[-1].append(n)
+        else:
+            groups.append([n])
+    return [n for group in sorted(groups, key=lambda g: -(g[0].score or 0.0)) for n in group]
 
 
 def latest_user_message(messages: list[ChatMessage]) -> ChatMessage | None:

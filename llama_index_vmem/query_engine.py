@@ -21,7 +21,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from . import schema
 from .errors import VMemInputError
-from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, default_mode
+from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, default_mode, merge_text
 from .messages import local_query
 from .postprocessor import NeighborRoundPostprocessor
 from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, IMAGE_NOTE_PROMPT
@@ -98,7 +98,7 @@ class VMemQueryEngine(BaseQueryEngine):
             context.append(TextBlock(text=f"\n\n{self._image_note(query_bundle, result)}"))
         sentinel = "\x00vmem-context\x00"
         before, _, after = prompt.format(context=sentinel, question=query_bundle.query_str).partition(sentinel)
-        return _merge_text([TextBlock(text=before), *context, TextBlock(text=after)])
+        return merge_text([TextBlock(text=before), *context, TextBlock(text=after)])
 
     def _image_note(self, query_bundle: QueryBundle, result: RetrievalResult) -> str:
         caption = schema.query_image_caption(query_bundle) or _NO_DESCRIPTION
@@ -187,14 +187,3 @@ def _check_prompt(key: str, prompt: BasePromptTemplate) -> None:
                                               f"it uses {prompt.template_vars}")
     if "context" in _PROMPT_VARIABLES[key] and prompt.get_template().count("{context}") != 1:
         raise VMemInputError(f"prompt {key}", "must use {context} once: the delivered context goes there")
-
-
-def _merge_text(blocks: List[ContentBlock]) -> List[ContentBlock]:
-    """Adjacent text blocks joined, so text delivery is exactly one text block."""
-    out: List[ContentBlock] = []
-    for block in blocks:
-        if isinstance(block, TextBlock) and out and isinstance(out[-1], TextBlock):
-            out[-1] = TextBlock(text=out[-1].text + block.text)
-        elif not (isinstance(block, TextBlock) and not block.text):
-            out.append(block)
-    return out

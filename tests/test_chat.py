@@ -130,6 +130,25 @@ def test_memory_block_stores_a_react_reply_as_its_answer(make_index):
     ]
 
 
+def test_memory_block_recall_is_best_first_and_cut_to_fit_by_whole_blocks(make_index, photos):
+    """``Memory`` truncates a block from its end: recall comes best block first and is cut by whole
+    neighbour blocks, so what fits is the most relevant; by default (priority 1) Memory does cut it."""
+    from llama_index_vmem.delivery import BLOCK_SEPARATOR, content_tokens
+
+    index = _memory(make_index, photos)
+    block = VMemMemoryBlock(index=index, delivery="pixels", image_budget=ImageBudget(4, 64))
+    question = [ChatMessage(role=MessageRole.USER, content="Where did I move to?")]
+    recalled = asyncio.run(block.aget(question))
+    text = "".join(b.text for b in recalled if isinstance(b, TextBlock))
+    assert text.count(BLOCK_SEPARATOR) == 1 and text.index("I moved to Lisbon.") < text.index(BLOCK_SEPARATOR)
+    cut = asyncio.run(block.atruncate(recalled, 1))
+    assert "I moved to Lisbon." in "".join(b.text for b in cut if isinstance(b, TextBlock))
+    assert BLOCK_SEPARATOR not in "".join(b.text for b in cut if isinstance(b, TextBlock)), "a whole block went"
+    assert content_tokens(cut) < content_tokens(recalled)
+    assert asyncio.run(block.atruncate(recalled, content_tokens(recalled))) is None
+    assert block.priority == 1
+
+
 def test_memory_block_recalls_with_the_attached_image(make_index, photos):
     index = _memory(make_index, photos, config=VMemConfig(k=1, neighbor_window=0))  # only the best round
     block = VMemMemoryBlock(index=index, delivery="pixels", image_budget=ImageBudget(max_images=4, max_side=128))
@@ -152,7 +171,7 @@ def test_memory_block_recalls_with_the_attached_image(make_index, photos):
 def test_memory_flushes_an_image_turn_into_the_block_and_recalls_its_pixels(make_index, photos):
     index = make_index()
     block = VMemMemoryBlock(index=index, delivery="pixels")
-    memory = Memory.from_defaults(token_limit=400, insert_method="user", memory_blocks=[block])
+    memory = Memory.from_defaults(token_limit=1200, chat_history_token_ratio=0.25, insert_method="user", memory_blocks=[block])
     cat = ImageBlock(path=photos["chelsea"])
     memory.put_messages([ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text="This is my cat Mochi."), cat]),
                          ChatMessage(role=MessageRole.ASSISTANT, content="A lovely tabby.")])
