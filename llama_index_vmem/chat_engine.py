@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from itertools import takewhile
 from typing import Any
 
 from llama_index.core.base.llms.types import (
@@ -88,7 +89,7 @@ class VMemChatEngine(BaseChatEngine):
         """``query_engine_kwargs`` go to ``index.as_query_engine`` (``delivery``, ``image_budget``, ``k``, ...)."""
         query_engine = index.as_query_engine(llm=llm, **query_engine_kwargs)
         memory = memory or Memory.from_defaults(
-            chat_history=chat_history, token_limit=query_engine.llm.metadata.context_window - 256
+            chat_history=chat_history, token_limit=query_engine.llm.metadata.context_window - REPLY_TOKENS
         )
         return cls(index, query_engine, memory, system_prompt=system_prompt, session_id=session_id)
 
@@ -104,19 +105,23 @@ class VMemChatEngine(BaseChatEngine):
     def _prepare(self, user: ChatMessage, history: list[ChatMessage]) -> tuple[AnswerRequest, list[ChatMessage]]:
         """Retrieval with the user's text and image, and the LLM input: the history, then the answer
         prompt. ``Memory`` budgets the history alone, so the oldest turns that would push the input
-        past the model's window (less room for the reply) are left out of this call."""
+        past the model's window (less room for the reply) are left out of this call. The history's
+        leading system messages (a static block, recalled memory blocks) are always sent."""
         request = self.query_engine.prepare(query_from_message(self.index, user))
-        sent = sum(content_tokens(m.blocks) for m in [*self._prefix, request.message])
+        lead = list(takewhile(lambda m: m.role == MessageRole.SYSTEM, history))
+        turns = history[len(lead):]
+        sent = sum(content_tokens(m.blocks) for m in [*self._prefix, *lead, request.message])
         room = self._llm.metadata.context_window - REPLY_TOKENS - sent
         kept: list[ChatMessage] = []
-        for message in reversed(history):
+        for message in reversed(turns):
             room -= content_tokens(message.blocks)
             if room < 0:
                 break
             kept.append(message)
-        while kept and kept[-1].role != MessageRole.USER:  # the history starts with a user's turn
-            kept.pop()
-        return request, [*self._prefix, *reversed(kept), request.message]
+        if len(kept) < len(turns):  # a cut history starts at a user's turn, not mid-exchange
+            while kept and kept[-1].role != MessageRole.USER:
+                kept.pop()
+        return request, [*self._prefix, *lead, *reversed(kept), request.message]
 
     def _user_round(self, user: ChatMessage) -> RoundInput:
         """The user's half of this turn's round, checked as ``add_messages`` checks it: a message the

@@ -130,6 +130,23 @@ def test_memory_block_stores_a_react_reply_as_its_answer(make_index):
     ]
 
 
+def test_memory_block_keeps_a_reply_that_only_looks_like_a_react_step(make_index):
+    """Only a scratchpad is cut: an ordinary reply that opens with "Thought:" is stored whole, and an
+    answer whose own text has "Answer:" lines keeps them."""
+    index = make_index()
+    block = VMemMemoryBlock(index=index, delivery="text", session_id="S")
+    user, assistant = MessageRole.USER, MessageRole.ASSISTANT
+    quiz = "Thought: I know this.\nAnswer: Two questions:\nQ: 2+2?\nAnswer: 4\nQ: 3+3?\nAnswer: 6"
+    asyncio.run(block.aput([ChatMessage(role=user, content="Any ideas for the weekend?"),
+                            ChatMessage(role=assistant, content="Thought: a picnic by the lake would be lovely."),
+                            ChatMessage(role=user, content="Quiz me."),
+                            ChatMessage(role=assistant, content=quiz)]))
+    assert [r.text for r in _rounds(index)] == [
+        "User: Any ideas for the weekend?\nAssistant: Thought: a picnic by the lake would be lovely.",
+        "User: Quiz me.\nAssistant: Two questions:\nQ: 2+2?\nAnswer: 4\nQ: 3+3?\nAnswer: 6",
+    ]
+
+
 def test_memory_block_recall_is_best_first_and_cut_to_fit_by_whole_blocks(make_index, photos):
     """``Memory`` truncates a block from its end: recall comes best block first and is cut by whole
     neighbour blocks, so what fits is the most relevant; by default (priority 1) Memory does cut it."""
@@ -147,6 +164,22 @@ def test_memory_block_recall_is_best_first_and_cut_to_fit_by_whole_blocks(make_i
     assert content_tokens(cut) < content_tokens(recalled)
     assert asyncio.run(block.atruncate(recalled, content_tokens(recalled))) is None
     assert block.priority == 1
+
+
+def test_memory_block_keeps_the_start_of_its_best_block_when_that_alone_is_too_long(make_index, photos):
+    """Cutting by whole blocks alone would leave nothing when the best block exceeds what is left:
+    its start is kept instead, header first, cut after a whole line and within the budget."""
+    from llama_index_vmem.delivery import BLOCK_SEPARATOR, content_tokens
+
+    index = _memory(make_index, photos)
+    block = VMemMemoryBlock(index=index)
+    recalled = asyncio.run(block.aget([ChatMessage(role=MessageRole.USER, content="Where did I move to?")]))
+    best = recalled[0].text.split(BLOCK_SEPARATOR)[0]
+    budget = content_tokens([TextBlock(text=best)]) - 3
+    [cut] = asyncio.run(block.atruncate(recalled, content_tokens(recalled) - budget))
+    assert content_tokens([cut]) <= budget
+    assert cut.text.startswith("[") and best.startswith(cut.text) and len(cut.text) < len(best)
+    assert best[len(cut.text) - 1] == "\n", "cut after a whole line"
 
 
 def test_memory_block_recalls_with_the_attached_image(make_index, photos):
@@ -257,13 +290,28 @@ def test_the_history_sent_leaves_room_in_the_window_for_the_answer_prompt(make_i
     llm = SmallWindow(default="Noted.")
     engine = index.as_chat_engine(llm=llm, session_id="S")
     facts = [f"Fact {i}: " + " ".join(["my garden has tomatoes and basil"] * 12) for i in range(8)]
-    for fact in facts:
+    engine.chat(facts[0], chat_history=[ChatMessage(role=MessageRole.SYSTEM, content="The user is Alice.")])
+    for fact in facts[1:]:
         engine.chat(fact)
     sent = llm.chats[-1]
     assert sum(len(get_tokenizer()(m.content or "")) for m in sent) <= 1500 - 256
     assert sent[-3].content.startswith("Fact 6:") and sent[-2].content == "Noted.", "the latest turns are kept"
-    assert sent[0].role == MessageRole.USER and not sent[0].content.startswith("Fact 0:"), "the oldest are left out"
-    assert len(engine.chat_history) == 16, "the chat history itself keeps every turn"
+    assert sent[0].content == "The user is Alice.", "the history's system message is always sent"
+    assert sent[1].role == MessageRole.USER and not sent[1].content.startswith("Fact 0:"), "the oldest are left out"
+    assert len(engine.chat_history) == 17, "the chat history itself keeps every turn"
+
+
+def test_a_history_that_fits_is_sent_whole_with_its_system_message_and_greeting(make_index, photos):
+    """Only a cut history is made to start at a user's turn: a leading system message (a ``Memory``
+    static block) and an assistant's greeting reach the LLM when nothing needs leaving out."""
+    llm = ScriptedLLM(default="Sure.")
+    engine = _memory(make_index, photos).as_chat_engine(llm=llm, session_id="S")
+    history = [ChatMessage(role=MessageRole.SYSTEM, content="The user is Alice."),
+               ChatMessage(role=MessageRole.ASSISTANT, content="Hi! How can I help?")]
+    engine.chat("What is my cat called?", chat_history=history)
+    sent = llm.chats[-1]
+    assert [m.content for m in sent[:2]] == ["The user is Alice.", "Hi! How can I help?"]
+    assert [m.role for m in sent] == ["system", "assistant", "user"]
 
 
 def test_chat_engine_sends_the_chat_history_before_the_answer_prompt(make_index, photos):
