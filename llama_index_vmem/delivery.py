@@ -13,6 +13,7 @@ Labelled, downscaled copies are cached on disk by content, so originals are neve
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import re
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 BLOCK_SEPARATOR = "\n\n---\n\n"
+#: A separator delivery put between blocks: followed by a header (``schema.block_header``'s first words).
+_BLOCK_START = re.compile(re.escape(BLOCK_SEPARATOR) + r"(?=\[(?:seen|session|rounds?) )")
 ATTACHMENT_LABEL = "ATTACHED"
 ContentBlock = Union[TextBlock, ImageBlock]
 #: Model names that take images (OpenAI, Gemini, Claude, Qwen-VL, LLaVA, ...): ``pixels`` is their default.
@@ -91,13 +94,14 @@ def merge_text(blocks: Sequence[ContentBlock]) -> List[ContentBlock]:
 
 
 def split_blocks(content: Sequence[ContentBlock]) -> List[List[ContentBlock]]:
-    """Delivered content cut back into its neighbour blocks, at the separators delivery put between them."""
+    """Delivered content cut back into its neighbour blocks: at each separator delivery put before a
+    block's ``[seen ..., session ..., round ...]`` header, not at one the rounds' own text holds."""
     parts: List[List[ContentBlock]] = [[]]
-    for block in content:
+    for block in merge_text(content):  # pixels delivery sends the separator and the header as two blocks
         if not isinstance(block, TextBlock):
             parts[-1].append(block)
             continue
-        first, *rest = block.text.split(BLOCK_SEPARATOR)
+        first, *rest = _BLOCK_START.split(block.text)
         parts[-1].append(TextBlock(text=first))
         parts += [[TextBlock(text=text)] for text in rest]
     return [merge_text(part) for part in parts if merge_text(part)]
@@ -109,6 +113,20 @@ def join_blocks(parts: Sequence[Sequence[ContentBlock]]) -> List[ContentBlock]:
     for i, part in enumerate(parts):
         out += ([TextBlock(text=BLOCK_SEPARATOR)] if i else []) + list(part)
     return merge_text(out)
+
+
+def head(content: Sequence[ContentBlock], tokens: int) -> List[ContentBlock]:
+    """The longest start of ``content`` within ``tokens`` (as ``content_tokens`` counts them) that
+    ends after a whole line or image: a cut never leaves half a line."""
+    units = [piece for block in content for piece in _lines(block)]
+    fits = bisect.bisect_right(range(len(units) + 1), tokens, key=lambda n: content_tokens(units[:n]))
+    return merge_text(units[:max(fits - 1, 0)])
+
+
+def _lines(block: ContentBlock) -> List[ContentBlock]:
+    if not isinstance(block, TextBlock):
+        return [block]
+    return [TextBlock(text=line) for line in block.text.splitlines(keepends=True)]
 
 
 def text_context(nodes: List[NodeWithScore]) -> str:

@@ -32,7 +32,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.schema import ImageNode, NodeWithScore
 
-from .delivery import Deliverer, DeliveryMode, ImageBudget, content_tokens, join_blocks, split_blocks
+from .delivery import Deliverer, DeliveryMode, ImageBudget, content_tokens, head, join_blocks, split_blocks
 from .errors import VMemInputError
 from .index import VMemIndex
 from .messages import attached_image, message_text, query_from_message, today
@@ -46,7 +46,9 @@ _ASSISTANT_ROLES = (MessageRole.ASSISTANT, MessageRole.CHATBOT, MessageRole.MODE
 _STORED_BLOCKS = (TextBlock, ImageBlock, AudioBlock)
 #: Message extras that hold one entry per block of a kind, in order (as ``add_messages`` reads them).
 _PER_BLOCK_EXTRAS = {"image_ids": ImageBlock, "image_captions": ImageBlock, "transcripts": AudioBlock}
-_REACT_ANSWER = re.compile(r"^\s*Answer:", re.MULTILINE)
+_REACT_THOUGHT = re.compile(r"^[ \t]*Thought:", re.MULTILINE)
+_REACT_STEP = re.compile(r"^[ \t]*(?:Action|Observation):", re.MULTILINE)
+_REACT_ANSWER = re.compile(r"^[ \t]*Answer:", re.MULTILINE)
 
 
 class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
@@ -94,11 +96,13 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
         return [_inline(b) for b in self._deliverer.deliver(_best_first(nodes))] if nodes else []
 
     async def atruncate(self, content: list[ContentBlock], tokens_to_truncate: int) -> list[ContentBlock] | None:
-        """Drop whole neighbour blocks, least relevant first, until ``tokens_to_truncate`` are freed."""
+        """Whole neighbour blocks go, least relevant first, until ``tokens_to_truncate`` are freed;
+        when the best block alone is too long, its start is kept, cut after a whole line."""
+        budget = content_tokens(content) - tokens_to_truncate
         blocks = split_blocks(content)
-        while blocks and tokens_to_truncate > 0:
-            tokens_to_truncate -= content_tokens(blocks.pop())
-        return join_blocks(blocks) or None
+        while len(blocks) > 1 and content_tokens(join_blocks(blocks)) > budget:
+            blocks.pop()
+        return head(join_blocks(blocks), budget) or None
 
     def _retrieve(self, query: VMemQueryBundle) -> list[NodeWithScore]:
         if not query.query_str and not query.image_path:
@@ -169,11 +173,15 @@ def _storable(i: int, message: ChatMessage) -> ChatMessage | None:
 
 def _react_answer(text: str) -> str:
     """A ReAct agent's reply carries its scratchpad (``Thought:``, ``Action:``, ``Observation:``);
-    what it told the user follows the last ``Answer:``, and a step with none told the user nothing."""
+    what it told the user follows the first ``Answer:`` after the last ``Thought:``, and a step with
+    none told the user nothing. A reply that merely opens with "Thought:" is no scratchpad."""
     if not text.lstrip().startswith("Thought:"):
         return text
-    answers = list(_REACT_ANSWER.finditer(text))
-    return text[answers[-1].end():].strip() if answers else ""
+    *_, last_thought = _REACT_THOUGHT.finditer(text)
+    answer = _REACT_ANSWER.search(text, last_thought.end())
+    if answer:
+        return text[answer.end():].strip()
+    return "" if _REACT_STEP.search(text) else text
 
 
 def _joined(reply: ChatMessage, more: ChatMessage) -> ChatMessage:

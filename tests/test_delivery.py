@@ -281,3 +281,17 @@ def test_a_picture_a_round_borrows_reaches_the_model_when_its_own_round_does_not
     assert "[Image D1:IMG_001, shared in round D1:1] IMG_4471.jpg" in text
     if mode == "pixels":
         assert "[image D1:IMG_001]" in text and sum(isinstance(b, ImageBlock) for b in blocks) == 1
+
+
+def test_delivered_content_splits_into_blocks_only_where_a_block_header_follows():
+    """A round's own text may hold the separator (a user's markdown rule): only a separator that
+    delivery put before a ``[seen ..., session ..., round ...]`` header starts a block."""
+    from llama_index_vmem.delivery import BLOCK_SEPARATOR, join_blocks, split_blocks
+
+    first = f"[seen 2024-06-17, session D1, round D1:1]\nUser: My notes:{BLOCK_SEPARATOR}part two\nAssistant: Ok."
+    second = "[session D2, rounds D2:1 to D2:2]\nUser: My cat Mochi."
+    content = [TextBlock(text=first), TextBlock(text=BLOCK_SEPARATOR + second), ImageBlock(url="data:image/png;base64,AA==")]
+    parts = split_blocks(content)
+    assert [[b.text for b in p if isinstance(b, TextBlock)] for p in parts] == [[first], [second]]
+    assert isinstance(parts[1][-1], ImageBlock)
+    assert join_blocks(parts)[0].text == first + BLOCK_SEPARATOR + second

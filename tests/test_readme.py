@@ -46,6 +46,7 @@ def namespace(tmp_path, monkeypatch, scripted_llm, photos):
 
 #: What each section's examples must have done, checked after they ran.
 OUTCOMES = {
+    "Memory block": lambda ns: "Ingrid lives in Bergen." in ns["messages"][0].content,
     "Export, import and forget": lambda ns: len(ns["index"]) == 0 and Path("alice.zip").exists() and ns["copy"]._closed,
 }
 
