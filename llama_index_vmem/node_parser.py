@@ -44,6 +44,8 @@ class ImageInput:
     url: Optional[str] = None
     caption: Optional[str] = None
     role: str = schema.Role.USER.value
+    #: ``data`` already read and checked (by the message parser), so storing it decodes it no second time.
+    checked: Optional[images.LoadedImage] = field(default=None, repr=False, compare=False)
 
     @property
     def has_pixels(self) -> bool:
@@ -330,7 +332,8 @@ class RoundNodeParser(NodeParser):
                 raise VMemInputError(item, "has neither pixels nor a caption")
             return image
         raw = images.read_source(item, path=image.path, data=image.data, url=image.url, fence=self._fence())
-        return replace(image, path=None, url=None, data=images.validate(item, raw).data)
+        checked = images.validate(item, raw)
+        return replace(image, path=None, url=None, data=checked.data, checked=checked)
 
     def _transcribe(self, item: str, block: AudioBlock, transcripts: List[Any], i: int) -> str:
         if i < len(transcripts):
@@ -364,7 +367,7 @@ class RoundNodeParser(NodeParser):
                 raise VMemInputError(f"{item} image {image_id}", "has neither pixels nor a caption")
             path = None
             if img.has_pixels:
-                loaded = images.validate(
+                loaded = img.checked or images.validate(
                     f"{item} image {image_id}",
                     images.read_source(f"{item} image {image_id}", path=img.path, data=img.data, url=img.url,
                                        fence=self._fence()),

@@ -73,3 +73,19 @@ def test_appending_never_re_encodes_or_rewrites_earlier_rounds(make_index, photo
     assert node.metadata["seq"] == 4 and node.metadata["round_key"] == "S:4"
     previous = index.get_rounds([node.node_id])[node.node_id].relationships[NodeRelationship.PREVIOUS]
     assert index.get_rounds([previous.node_id])[previous.node_id].metadata["seq"] == 3
+
+
+def test_a_message_image_is_read_and_decoded_once(tmp_path, photos, monkeypatch):
+    """Splitting messages checks each image before anything is stored; parsing the round reuses
+    those checked bytes rather than decoding the picture a second time."""
+    from llama_index_vmem import images
+
+    decoded = []
+    validate = images.validate
+    monkeypatch.setattr(images, "validate", lambda item, data: decoded.append(item) or validate(item, data))
+    parser = RoundNodeParser(memory_id="m", image_dir=str(tmp_path))
+    message = ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text="My cat"), ImageBlock(path=photos["chelsea"])])
+    [parsed] = parser.parse_rounds(parser.rounds_from_messages([message], session_id="D1"))
+    assert decoded == ["message 0 image 0"]
+    [(path, loaded)] = parsed.pending_images.items()
+    assert loaded.data == photos["chelsea"].read_bytes() and path.suffix == ".png"
