@@ -73,7 +73,8 @@ def test_significance():
 
 @pytest.mark.parametrize("reply, score", [
     ('{"score": 0.75, "reasoning": "close"}', 1.0), ("I would give it a score: 0.5.", 0.5), ('"score": 0,', 0.0),
-    ('{"score": null}', 0.0), ("no score at all", 0.0),
+    ('{"score": null}', 0.0), ("no score at all", 0.0), ('{"score": .5, "reasoning": "partly"}', 0.5),
+    ("Score: .75", 1.0),
 ])
 def test_a_judge_reply_is_read_or_scored_zero_never_an_error(reply, score):
     from llama_index_vmem.bench.qa import parse_memgallery_judge

@@ -39,7 +39,7 @@ def parse_memgallery_judge(reply: str) -> float:
             return collapse_judge_score(float(json.loads(match.group(0))["score"]))
     except (ValueError, KeyError, TypeError, json.JSONDecodeError):
         pass
-    found = re.search(r'score"?\s*:\s*([0-9]+(?:\.[0-9]+)?)', reply, re.IGNORECASE)
+    found = re.search(r'score"?\s*:\s*(\d*\.?\d+)', reply, re.IGNORECASE)
     return collapse_judge_score(float(found.group(1))) if found else 0.0
 
 
