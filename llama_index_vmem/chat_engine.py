@@ -102,12 +102,12 @@ class VMemChatEngine(BaseChatEngine):
 
     # -- one turn -----------------------------------------------------------------------------
 
-    def _prepare(self, user: ChatMessage, history: list[ChatMessage]) -> tuple[AnswerRequest, list[ChatMessage]]:
+    def _prepare(self, user: ChatMessage, pending: RoundInput, history: list[ChatMessage]) -> tuple[AnswerRequest, list[ChatMessage]]:
         """Retrieval with the user's text and image, and the LLM input: the history, then the answer
         prompt. ``Memory`` budgets the history alone, so the oldest turns that would push the input
         past the model's window (less room for the reply) are left out of this call. The history's
         leading system messages (a static block, recalled memory blocks) are always sent."""
-        request = self.query_engine.prepare(query_from_message(self.index, user))
+        request = self.query_engine.prepare(query_from_message(self.index, _fetched(user, pending)))
         lead = list(takewhile(lambda m: m.role == MessageRole.SYSTEM, history))
         turns = history[len(lead):]
         sent = sum(content_tokens(m.blocks) for m in [*self._prefix, *lead, request.message])
@@ -152,7 +152,7 @@ class VMemChatEngine(BaseChatEngine):
         pending = self._user_round(user)
         if chat_history is not None:
             self._memory.set(chat_history)
-        request, llm_input = self._prepare(user, self._memory.get())
+        request, llm_input = self._prepare(user, pending, self._memory.get())
         answer = (self._llm.chat(llm_input).message.content or "").strip()
         said = self._remember(pending, answer)
         self._memory.put_messages([said, ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
@@ -169,7 +169,7 @@ class VMemChatEngine(BaseChatEngine):
         pending = await asyncio.to_thread(self._user_round, user)
         if chat_history is not None:
             await self._memory.aset(chat_history)
-        request, llm_input = await asyncio.to_thread(self._prepare, user, await self._memory.aget())
+        request, llm_input = await asyncio.to_thread(self._prepare, user, pending, await self._memory.aget())
         answer = ((await self._llm.achat(llm_input)).message.content or "").strip()
         said = await asyncio.to_thread(self._remember, pending, answer)
         await self._memory.aput_messages([said, ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
@@ -188,7 +188,7 @@ class VMemChatEngine(BaseChatEngine):
         pending = self._user_round(user)
         if chat_history is not None:
             self._memory.set(chat_history)
-        request, llm_input = self._prepare(user, self._memory.get())
+        request, llm_input = self._prepare(user, pending, self._memory.get())
         stream = self._llm.stream_chat(llm_input)
 
         def remembered() -> ChatResponseGen:
@@ -216,7 +216,7 @@ class VMemChatEngine(BaseChatEngine):
         pending = await asyncio.to_thread(self._user_round, user)
         if chat_history is not None:
             await self._memory.aset(chat_history)
-        request, llm_input = await asyncio.to_thread(self._prepare, user, await self._memory.aget())
+        request, llm_input = await asyncio.to_thread(self._prepare, user, pending, await self._memory.aget())
         stream = await self._llm.astream_chat(llm_input)
 
         async def remembered() -> ChatResponseAsyncGen:
@@ -251,6 +251,20 @@ def _user_message(message: str | ChatMessage, image_path: str | None, image_capt
             raise VMemInputError("image_caption", "describes an attached image, but none is attached")
         user.additional_kwargs = {**user.additional_kwargs, "image_captions": [image_caption]}
     return user
+
+
+def _fetched(user: ChatMessage, pending: RoundInput) -> ChatMessage:
+    """The user's turn with each URL image as the bytes ``_user_round`` fetched, so retrieval does
+    not fetch it a second time (and sees the very image the round stores)."""
+    fetched = iter(pending.images)
+    blocks = []
+    for block in user.blocks:
+        if isinstance(block, ImageBlock):
+            image = next(fetched)
+            if block.url is not None and block.path is None and block.image is None:
+                block = ImageBlock(image=image.data, image_mimetype=block.image_mimetype, detail=block.detail)
+        blocks.append(block)
+    return user.model_copy(update={"blocks": blocks})
 
 
 def _same_memory(a: VMemIndex, b: VMemIndex) -> bool:

@@ -275,6 +275,40 @@ def test_an_image_only_turn_is_named_in_the_chat_history_not_left_empty(make_ind
     assert "[Image S:1:IMG_1] a tabby cat" in llm.prompts[-1], "the next turn's LLM input names the picture"
 
 
+def test_a_url_image_in_a_chat_turn_is_fetched_once_and_used_for_retrieval_and_storage(make_index, photos):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    image, requests = photos["rocket"].read_bytes(), []
+
+    class Serve(BaseHTTPRequestHandler):
+        def do_GET(self):
+            requests.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(image)))
+            self.end_headers()
+            self.wfile.write(image)
+
+        def log_message(self, *args):
+            pass
+
+    index = _memory(make_index, photos, config=VMemConfig(k=1, neighbor_window=0))
+    engine = index.as_chat_engine(llm=ScriptedLLM(default="A launch."), session_id="S")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Serve)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/rocket.jpg"
+        response = engine.chat(ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text="Seen this before?"), ImageBlock(url=url)]))
+    finally:
+        server.shutdown()
+    assert requests == ["/rocket.jpg"]
+    [found] = response.source_nodes
+    assert found.node.metadata["rounds"] == ["D2:2"]
+    assert found.node.metadata["vmem"]["D2:2"]["ranks"]["visual"] == 1, "the fetched pixels found the rocket"
+    [stored] = index.rounds(session_id="S")
+    assert [type(u).__name__ for u in stored.units] == ["TextNode", "TextNode", "ImageNode"], "the round stored the image"
+
+
 def test_the_history_sent_leaves_room_in_the_window_for_the_answer_prompt(make_index, photos):
     """``Memory`` budgets the history alone: the engine leaves out the oldest turns that would push
     the LLM input, recalled context included, past the model's window."""
