@@ -408,10 +408,13 @@ class VMemIndex:
     def clear_query_cache(self) -> None:
         self._encode_query_text.cache_clear()
 
+    def load_query_image(self, image: str) -> image_io.LoadedImage:
+        """The query image read within the memory's fence and checked; bad input names "query image"."""
+        return image_io.validate("query image", image_io.read_source("query image", **_image_source(image),
+                                                                     fence=self.image_fence))
+
     def encode_query_image(self, image: str) -> List[float]:
-        loaded = image_io.validate("query image", image_io.read_source("query image", **_image_source(image),
-                                                                       fence=self.image_fence))
-        return self.image_encoder.get_image_embedding(io.BytesIO(loaded.data))
+        return self.image_encoder.get_image_embedding(io.BytesIO(self.load_query_image(image).data))
 
     def get_rounds(self, round_ids: Iterable[str]) -> Dict[str, TextNode]:
         """Round nodes by id (ids of other memories are simply not found)."""

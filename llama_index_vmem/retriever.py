@@ -144,6 +144,7 @@ class VMemRetriever(BaseRetriever):
             return self._transform(self.hypo_caption, query)
         if anchor is Anchor.ENRICHED:
             if query.image_path and self.enriched_anchor is not None:
+                self._index.load_query_image(query.image_path)  # a bad image is refused before an LLM reads it
                 return self._transform(self.enriched_anchor, query, {"max_keywords": config.max_anchor_keywords})
             caption = schema.query_image_caption(query)
             why = "no LLM" if query.image_path else "attached image has no pixels"

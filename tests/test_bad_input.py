@@ -614,6 +614,17 @@ def test_query_text_that_cannot_be_encoded_is_refused_by_name(memory, query, ite
     rejected(memory, lambda: memory.as_retriever().retrieve(query), item=item)
 
 
+@pytest.mark.parametrize("name, data", [("corrupt.png", b"not an image"), ("missing.png", None)], ids=["corrupt", "missing"])
+def test_a_bad_query_image_is_refused_by_name_before_an_llm_is_asked_about_it(memory, scripted_llm, tmp_path, name, data):
+    image = tmp_path / name
+    if data is not None:
+        image.write_bytes(data)
+    llm = scripted_llm(default='{"keywords": ["cat"]}')
+    rejected(memory, lambda: memory.as_query_engine(llm=llm).query(VMemQueryBundle("What is this?", image_path=str(image))),
+             item="query image")
+    assert llm.prompts == [], "no LLM call was paid for"
+
+
 @pytest.mark.parametrize("call", [
     lambda m: m.as_retriever().retrieve(""),
     lambda m: m.as_retriever().retrieve_with_plan(VMemQueryBundle("  \n")),
