@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tupl
 from llama_index.core.base.llms.types import ImageBlock, TextBlock
 from llama_index.core.llms import LLM
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.utils import get_tokenizer
 from PIL import Image, ImageDraw, ImageFont
@@ -91,6 +92,14 @@ def merge_text(blocks: Sequence[ContentBlock]) -> List[ContentBlock]:
         elif not (isinstance(block, TextBlock) and not block.text):
             out.append(block)
     return out
+
+
+def prompt_with_context(prompt: BasePromptTemplate, context: Sequence[ContentBlock], **variables: Any) -> List[ContentBlock]:
+    """``prompt`` with delivered content, images and all, where its one ``{context}`` is: a template
+    formats text only, so the content goes between the prompt's text before and after that spot."""
+    sentinel = "\x00vmem-context\x00"
+    before, _, after = prompt.format(context=sentinel, **variables).partition(sentinel)
+    return merge_text([TextBlock(text=before), *context, TextBlock(text=after)])
 
 
 def split_blocks(content: Sequence[ContentBlock]) -> List[List[ContentBlock]]:

@@ -21,7 +21,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from . import schema
 from .errors import VMemInputError
-from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, default_mode, merge_text
+from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, default_mode, prompt_with_context
 from .messages import local_query
 from .postprocessor import NeighborRoundPostprocessor
 from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, IMAGE_NOTE_PROMPT
@@ -96,9 +96,7 @@ class VMemQueryEngine(BaseQueryEngine):
         context: List[ContentBlock] = self.deliverer.deliver(nodes, query_bundle)
         if query_bundle.image_path or schema.query_image_caption(query_bundle):
             context.append(TextBlock(text=f"\n\n{self._image_note(query_bundle, result)}"))
-        sentinel = "\x00vmem-context\x00"
-        before, _, after = prompt.format(context=sentinel, question=query_bundle.query_str).partition(sentinel)
-        return merge_text([TextBlock(text=before), *context, TextBlock(text=after)])
+        return prompt_with_context(prompt, context, question=query_bundle.query_str)
 
     def _image_note(self, query_bundle: QueryBundle, result: RetrievalResult) -> str:
         caption = schema.query_image_caption(query_bundle) or _NO_DESCRIPTION

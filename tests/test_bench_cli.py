@@ -198,8 +198,9 @@ def test_locomo_runs_over_turn_ids(tmp_path):
     assert results["vmem_config"]["aggregation_enabled"] is True
 
 
-def test_pixels_mode_runs_stock_multimodal_and_counts_delivered_images(tmp_path, photos):
-    """A Mem-Gallery-format dialogue with real photos: image mode 'pixels', vmem delivers labelled images."""
+def _photo_dialogue(tmp_path, photos):
+    """A Mem-Gallery-format dialogue with real photos (image mode 'pixels'): a TTL question asked
+    with a photo, and a VS question."""
     images = tmp_path / "image" / "T"
     images.mkdir(parents=True)
     names = ["coffee", "rocket", "chelsea", "horse"]
@@ -216,6 +217,12 @@ def test_pixels_mode_runs_stock_multimodal_and_counts_delivered_images(tmp_path,
     path = tmp_path / "dialog" / "T.json"
     path.write_text(json.dumps({"multi_session_dialogues": [{"session_id": "D1", "date": "2024-06-17", "dialogues": rounds}],
                                 "human-annotated QAs": qas}))
+    return path
+
+
+def test_pixels_mode_runs_stock_multimodal_and_counts_delivered_images(tmp_path, photos):
+    """Image mode 'pixels': vmem delivers labelled images."""
+    path = _photo_dialogue(tmp_path, photos)
     out = tmp_path / "r.json"
     argv = ["memgallery", str(path), "--systems", "vmem,stock-multimodal", "--delivery", "pixels", "--out", str(out),
             "--report", str(tmp_path / "r.md"), "--no-progress"]
@@ -225,6 +232,39 @@ def test_pixels_mode_runs_stock_multimodal_and_counts_delivered_images(tmp_path,
     assert results["vmem"]["overall"]["delivered_images_mean"] > 0
     assert results["vmem"]["per_category"]["TTL"]["hit@k"] == 1.0  # the query photo matches the stored one
     assert results["stock-multimodal"]["overall"]["n"] == 2
+
+
+def test_qa_in_pixels_mode_answers_from_the_delivered_pixels(tmp_path, photos):
+    """vmem's answer is one message of the answer prompt's text around its delivered content, the
+    labelled images among it (as VMemQueryEngine sends it); a text-only stock context is a prompt."""
+    from conftest import ScriptedLLM
+    from llama_index.core.base.llms.types import ImageBlock
+
+    class Viewer(ScriptedLLM):
+        """Looks at each image when it is sent: the files must still be there."""
+
+        seen: list = []
+
+        def chat(self, messages, **kwargs):
+            self.seen.append([b.resolve_image().read(8) for b in messages[0].blocks if isinstance(b, ImageBlock)])
+            return super().chat(messages, **kwargs)
+
+    path = _photo_dialogue(tmp_path, photos)
+    llm = Viewer({"impartial judge": '{"score": 1.0, "reasoning": "ok"}'}, default="rocket")
+    argv = ["memgallery", str(path), "--systems", "vmem,stock-bm25", "--delivery", "pixels", "--qa", "--judge-prompt",
+            str(DATA / "memgallery" / "prompts" / "llm_judge.txt"), "--out", str(tmp_path / "r.json"),
+            "--report", str(tmp_path / "r.md"), "--no-progress"]
+    assert cli.main(argv, llm=llm) == 0
+    results = json.loads((tmp_path / "r.json").read_text())
+    answered = [(chat[0], seen) for chat, seen in zip(llm.chats, llm.seen) if (chat[0].content or "").startswith("You are answering")]
+    delivered = [q["delivered_images"] for q in results["vmem"]["per_question"]]
+    assert len(answered) == 2 and all(delivered)
+    for (message, seen), images in zip(answered, delivered):
+        assert len(seen) == images and all(head == b"\x89PNG\r\n\x1a\n" for head in seen)
+    ttl = answered[0][0].blocks
+    assert "[ATTACHED IMAGE] The user’s attached image shows: a rocket" in ttl[-1].text
+    assert "QUESTION: What did I call the thing in this picture?" in ttl[-1].text
+    assert sum(p.startswith("You are answering") for p in llm.prompts) == 4  # and stock-bm25 answered both from text
 
 
 def test_stock_context_at_round_granularity_fills_whole_rounds_to_the_budget():

@@ -106,16 +106,16 @@ def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k:
     budget = "vmem" if "vmem" in vmem_names else next(iter(vmem_names), None)
     try:
         runs = run(conversations, made, budget_system=budget, show_progress=show_progress)
+        if qa:  # before the memories close: pixels delivery hands the answering model their image files
+            from .qa import score_rows
+
+            questions = {q.qid: q for c in conversations for q in c.questions}
+            for r in runs.values():
+                score_rows(r.rows, questions, benchmark, llm, judge_prompt)
     finally:
         for system in made:
             system.close()
         build.close()
-    if qa:
-        from .qa import score_rows
-
-        questions = {q.qid: q for c in conversations for q in c.questions}
-        for r in runs.values():
-            score_rows(r.rows, questions, benchmark, llm, judge_prompt)
     extra = {"skipped_systems": skipped, "context_budget_from": budget, "delivery": delivery,
              "vmem_config": dataclasses.asdict(config),
              "anchors": "llm" if llm is not None else "raw query (no LLM given)"}

@@ -10,25 +10,32 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
+from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
 from llama_index.core.llms import LLM
 
+from ..delivery import ContentBlock, prompt_with_context
 from ..prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_PROMPT, LOCOMO_GRADER_PROMPT
 from ..router import ModalityRouter
 from .data import BenchQuestion
 from .metrics import bleu1, collapse_judge_score, exact_match, f1, locomo_f1
 
 
-def answer(llm: LLM, question: BenchQuestion, context: str, router: ModalityRouter) -> str:
-    """The answer from ``context``; a question asked with an image gets the attached-image note
-    after the context, as ``VMemQueryEngine`` sends it (its caption stands for the picture)."""
+def answer(llm: LLM, question: BenchQuestion, context: str, router: ModalityRouter,
+           content: Optional[Sequence[ContentBlock]] = None) -> str:
+    """The answer from ``context``, or from ``content`` where delivery gave pixels (one message of
+    text and images, as ``VMemQueryEngine`` sends it); a question asked with an image gets the
+    attached-image note after the context, as the engine adds it."""
     conflict = router.rules.conflict.search(question.question)
     prompt = CONFLICT_PROMPT if conflict else ANSWER_PROMPT
+    note = ""
     if question.image_path or question.image_caption:
-        note = IMAGE_NOTE_PROMPT.format(query_caption=question.image_caption or "an image (no description was given)")
-        context = f"{context}\n\n{note}"
-    return llm.predict(prompt, context=context, question=question.question).strip()
+        note = "\n\n" + IMAGE_NOTE_PROMPT.format(query_caption=question.image_caption or "an image (no description was given)")
+    if content is None:
+        return llm.predict(prompt, context=context + note, question=question.question).strip()
+    blocks = prompt_with_context(prompt, [*content, TextBlock(text=note)], question=question.question)
+    return (llm.chat([ChatMessage(role=MessageRole.USER, blocks=blocks)]).message.content or "").strip()
 
 
 def parse_memgallery_judge(reply: str) -> float:
@@ -67,7 +74,7 @@ def score_rows(rows: List[Dict[str, Any]], questions: Dict[str, Any], benchmark:
     router = ModalityRouter()
     for row in rows:
         q = questions[row["qid"]]
-        row["answer"] = answer(llm, q, row["context"], router)
+        row["answer"] = answer(llm, q, row["context"], router, row.get("content"))
         row["judge"] = judge(llm, benchmark, q.question, q.answer, row["answer"], template)
         row["f1"] = f1(row["answer"], q.answer)
         row["bleu1"] = bleu1(row["answer"], q.answer)

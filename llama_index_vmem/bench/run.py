@@ -134,6 +134,7 @@ def _row(conv: BenchConversation, q: Any, outcome: QueryOutcome, scored_context:
         "retrieval_ms": outcome.retrieval_ms,
         "anchor_ms": outcome.anchor_ms,
         "context": outcome.context,
+        "content": outcome.content,
     }
 
 

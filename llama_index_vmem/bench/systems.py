@@ -31,7 +31,7 @@ from llama_index.core.utils import get_tokenizer
 
 from .. import VMemIndex, VMemQueryBundle, delivery, schema
 from ..config import VMemConfig
-from ..delivery import Deliverer, DeliveryMode
+from ..delivery import ContentBlock, Deliverer, DeliveryMode
 from ..postprocessor import BLOCK_ROUNDS, NeighborRoundPostprocessor
 from ..store import Collection
 from .data import BenchConversation, BenchQuestion, BenchRound
@@ -76,6 +76,8 @@ class QueryOutcome:
     delivered_as_rounds: Optional[List[str]] = None
     #: Time the LLM took to write this query's anchors (0 without an LLM).
     anchor_ms: float = 0.0
+    #: The delivered content, pixels and all, where it holds images (``--delivery pixels``): what QA answers from.
+    content: Optional[List[ContentBlock]] = None
 
     @property
     def tokens(self) -> int:
@@ -151,7 +153,8 @@ class VMemSystem(BenchSystem):
             content = Deliverer(index, DeliveryMode.PIXELS).deliver(blocks, bundle)
             text = "".join(b.text for b in content if isinstance(b, TextBlock))
             images = sum(isinstance(b, ImageBlock) for b in content)
-            return QueryOutcome(keys, conv.turn_ids(rounds), text, elapsed, images, rounds, anchor_ms)
+            return QueryOutcome(keys, conv.turn_ids(rounds), text, elapsed, images, rounds, anchor_ms,
+                                content if images else None)
         return QueryOutcome(keys, conv.turn_ids(rounds), delivery.text_context(blocks), elapsed, delivered_as_rounds=rounds,
                             anchor_ms=anchor_ms)
 
