@@ -152,7 +152,7 @@ class VMemChatEngine(BaseChatEngine):
         pending = self._user_round(user)
         if chat_history is not None:
             self._memory.set(chat_history)
-        request, llm_input = self._prepare(user, pending, self._memory.get())
+        request, llm_input = self._prepare(user, pending, self._memory.get(input=_asked(user)))
         answer = (self._llm.chat(llm_input).message.content or "").strip()
         said = self._remember(pending, answer)
         self._memory.put_messages([said, ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
@@ -169,7 +169,7 @@ class VMemChatEngine(BaseChatEngine):
         pending = await asyncio.to_thread(self._user_round, user)
         if chat_history is not None:
             await self._memory.aset(chat_history)
-        request, llm_input = await asyncio.to_thread(self._prepare, user, pending, await self._memory.aget())
+        request, llm_input = await asyncio.to_thread(self._prepare, user, pending, await self._memory.aget(input=_asked(user)))
         answer = ((await self._llm.achat(llm_input)).message.content or "").strip()
         said = await asyncio.to_thread(self._remember, pending, answer)
         await self._memory.aput_messages([said, ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
@@ -188,7 +188,7 @@ class VMemChatEngine(BaseChatEngine):
         pending = self._user_round(user)
         if chat_history is not None:
             self._memory.set(chat_history)
-        request, llm_input = self._prepare(user, pending, self._memory.get())
+        request, llm_input = self._prepare(user, pending, self._memory.get(input=_asked(user)))
         stream = self._llm.stream_chat(llm_input)
 
         def remembered() -> ChatResponseGen:
@@ -216,7 +216,7 @@ class VMemChatEngine(BaseChatEngine):
         pending = await asyncio.to_thread(self._user_round, user)
         if chat_history is not None:
             await self._memory.aset(chat_history)
-        request, llm_input = await asyncio.to_thread(self._prepare, user, pending, await self._memory.aget())
+        request, llm_input = await asyncio.to_thread(self._prepare, user, pending, await self._memory.aget(input=_asked(user)))
         stream = await self._llm.astream_chat(llm_input)
 
         async def remembered() -> ChatResponseAsyncGen:
@@ -251,6 +251,12 @@ def _user_message(message: str | ChatMessage, image_path: str | None, image_capt
             raise VMemInputError("image_caption", "describes an attached image, but none is attached")
         user.additional_kwargs = {**user.additional_kwargs, "image_captions": [image_caption]}
     return user
+
+
+def _asked(user: ChatMessage) -> str | None:
+    """The turn's text as ``Memory`` hands it to its memory blocks (it takes text only), so a block
+    recalls for this turn and not the one before, as with LlamaIndex's own chat engines."""
+    return user.content or None
 
 
 def _fetched(user: ChatMessage, pending: RoundInput) -> ChatMessage:

@@ -483,6 +483,32 @@ def test_a_chat_engine_refuses_a_memory_block_that_would_store_each_exchange_twi
                                 memory=Memory.from_defaults(memory_blocks=[VMemMemoryBlock(index=other)])) is not None
 
 
+@pytest.mark.parametrize("mode", ["chat", "stream_chat", "achat", "astream_chat"])
+def test_memory_blocks_recall_for_the_turn_being_answered(make_index, photos, mode):
+    """A memory block over another memory recalls for this turn's question, from the first turn on."""
+    index = _memory(make_index, photos)
+    household = make_index(memory_id="household")
+    household.add_rounds([{"user": "Our wifi password is tulip-77.", "assistant": "Saved.", "session_id": "H"},
+                          {"user": "The plumber is Jonas, phone 555-0199.", "assistant": "Saved.", "session_id": "H"}])
+    memory = Memory.from_defaults(token_limit=4000, memory_blocks=[VMemMemoryBlock(index=household, session_id="H")])
+    llm = StreamingLLM(default="Noted.")
+    engine = index.as_chat_engine(llm=llm, memory=memory, session_id="S")
+
+    async def run(question):
+        if mode == "achat":
+            return await engine.achat(question)
+        return "".join([d async for d in (await engine.astream_chat(question)).async_response_gen()])
+
+    for question, fact in [("What is the wifi password?", "tulip-77"), ("Who is our plumber?", "Jonas")]:
+        if mode == "chat":
+            engine.chat(question)
+        elif mode == "stream_chat":
+            "".join(engine.stream_chat(question).response_gen)
+        else:
+            asyncio.run(run(question))
+        assert fact in llm.prompts[-1]
+
+
 class BrokenStreamLLM(StreamingLLM):
     """Streams one word, then its connection drops."""
 
