@@ -40,7 +40,7 @@ from .errors import VMemInputError
 from .index import VMemIndex
 from .memory_block import VMemMemoryBlock
 from .messages import query_from_message, today
-from .node_parser import RoundInput, round_spans
+from .node_parser import INSTRUCTION_ROLES, RoundInput, round_spans
 from .query_engine import AnswerRequest, VMemQueryEngine
 
 
@@ -108,7 +108,7 @@ class VMemChatEngine(BaseChatEngine):
         past the model's window (less room for the reply) are left out of this call. The history's
         leading system messages (a static block, recalled memory blocks) are always sent."""
         request = self.query_engine.prepare(query_from_message(self.index, _fetched(user, pending)))
-        lead = list(takewhile(lambda m: m.role == MessageRole.SYSTEM, history))
+        lead = list(takewhile(lambda m: m.role in INSTRUCTION_ROLES, history))
         turns = history[len(lead):]
         sent = sum(content_tokens(m.blocks) for m in [*self._prefix, *lead, request.message])
         room = self._llm.metadata.context_window - REPLY_TOKENS - sent

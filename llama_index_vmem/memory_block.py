@@ -36,13 +36,13 @@ from .delivery import Deliverer, DeliveryMode, ImageBudget, content_tokens, head
 from .errors import VMemInputError
 from .index import VMemIndex
 from .messages import attached_image, message_text, query_from_message, today
+from .node_parser import ASSISTANT_ROLES
 from .postprocessor import NeighborRoundPostprocessor
 from .retriever import VMemRetriever
 from .schema import VMemQueryBundle, visible
 
 logger = logging.getLogger(__name__)
 
-_ASSISTANT_ROLES = (MessageRole.ASSISTANT, MessageRole.CHATBOT, MessageRole.MODEL)
 _STORED_BLOCKS = (TextBlock, ImageBlock, AudioBlock)
 #: Message extras that hold one entry per block of a kind, in order (as ``add_messages`` reads them).
 _PER_BLOCK_EXTRAS = {"image_ids": ImageBlock, "image_captions": ImageBlock, "transcripts": AudioBlock}
@@ -154,7 +154,7 @@ def _exchanges(messages: list[ChatMessage]) -> list[list[ChatMessage]]:
 def _storable(i: int, message: ChatMessage) -> ChatMessage | None:
     """The message as V-Mem stores it: user or assistant, text, image and audio blocks only, and of a
     ReAct agent's reply its answer alone."""
-    if message.role != MessageRole.USER and message.role not in _ASSISTANT_ROLES:
+    if message.role != MessageRole.USER and message.role not in ASSISTANT_ROLES:
         logger.info("not stored: flushed %s message %d %.80r", message.role.value, i, message.content)
         return None
     role = MessageRole.USER if message.role == MessageRole.USER else MessageRole.ASSISTANT

@@ -32,6 +32,10 @@ from .errors import VMemInputError
 
 #: Turns an audio block into its transcript.
 Transcriber = Callable[[AudioBlock], str]
+#: The roles a reply comes under: providers name the assistant differently (Cohere, Gemini).
+ASSISTANT_ROLES = (MessageRole.ASSISTANT, MessageRole.CHATBOT, MessageRole.MODEL)
+#: Instructions to the model rather than conversation (``developer`` is OpenAI's newer ``system``).
+INSTRUCTION_ROLES = (MessageRole.SYSTEM, MessageRole.DEVELOPER)
 
 
 @dataclass
@@ -239,7 +243,8 @@ class RoundNodeParser(NodeParser):
 
         Per-message extras travel in ``additional_kwargs``: ``image_ids`` and ``image_captions``
         (one per image block, in order) and ``transcripts`` (one per audio block, in order).
-        System messages are skipped; any other order than user, assistant, user, ... is an error.
+        System and developer messages are skipped; a reply may come under any of ``ASSISTANT_ROLES``;
+        any other order than user, assistant, user, ... is an error.
         """
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise VMemInputError("messages", f"must be a list of ChatMessage, got {type(messages).__name__}")
@@ -251,19 +256,20 @@ class RoundNodeParser(NodeParser):
             item = f"message {i}"
             if not isinstance(msg, ChatMessage):
                 raise VMemInputError(item, f"must be a ChatMessage, got {type(msg).__name__}")
-            if msg.role == MessageRole.SYSTEM:
+            if msg.role in INSTRUCTION_ROLES:
                 continue
             if msg.role == MessageRole.USER:
                 if awaiting_reply:
                     raise VMemInputError(item, "two user messages in a row: a round is a user message then an assistant reply")
                 rounds.append(RoundInput(session_id=session_id, timestamp=timestamp))
                 self._fill_from_message(item, msg, rounds[-1], schema.Role.USER.value)
-            elif msg.role == MessageRole.ASSISTANT:
+            elif msg.role in ASSISTANT_ROLES:
                 if not awaiting_reply:
                     raise VMemInputError(item, "assistant message without a user message before it")
                 self._fill_from_message(item, msg, rounds[-1], schema.Role.ASSISTANT.value)
             else:
-                raise VMemInputError(item, f"role {msg.role.value!r} is not user, assistant or system")
+                known = ", ".join(r.value for r in (MessageRole.USER, *ASSISTANT_ROLES, *INSTRUCTION_ROLES))
+                raise VMemInputError(item, f"role {msg.role.value!r} is not one of {known}")
             awaiting_reply = msg.role == MessageRole.USER
         if not rounds:
             raise VMemInputError("messages", "conversation is empty")

@@ -340,7 +340,7 @@ def test_round_with_neither_text_nor_images(memory, fresh_image, call, item):
         ([user("fine"), assistant("ok"), assistant("again")], "message 2", "assistant message without a user"),
         ([user("fine"), assistant("ok"), user("q"), user("q again")], "message 3", "two user messages in a row"),
         ([user("call a tool"), ChatMessage(role=MessageRole.TOOL, content="42")], "message 1",
-         "is not user, assistant or system"),
+         "role 'tool' is not one of user, assistant, chatbot, model, system, developer"),
     ],
     ids=["assistant_first", "two_users", "two_assistants_after_valid_round", "two_users_after_valid_round",
          "tool_role"],

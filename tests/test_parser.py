@@ -39,6 +39,22 @@ def test_messages_become_rounds_with_units_and_links(tmp_path, photos):
     assert NodeRelationship.NEXT not in first.units[0].relationships
 
 
+def test_replies_under_any_providers_assistant_role_are_stored_and_instructions_skipped(tmp_path):
+    """Gemini's ``model`` and Cohere's ``chatbot`` reply as the assistant does; a ``developer`` message
+    (OpenAI's newer ``system``) is an instruction, skipped as a system message is."""
+    parser = RoundNodeParser(memory_id="m", image_dir=str(tmp_path))
+    messages = [
+        ChatMessage(role=MessageRole.DEVELOPER, content="be brief"),
+        ChatMessage(role=MessageRole.USER, content="My cat is Mochi."),
+        ChatMessage(role=MessageRole.MODEL, content="Noted, Mochi."),
+        ChatMessage(role=MessageRole.USER, content="And my dog is Rex."),
+        ChatMessage(role=MessageRole.CHATBOT, content="Noted, Rex."),
+    ]
+    parsed = parser.parse_rounds(parser.rounds_from_messages(messages, session_id="D1"))
+    assert [p.round_node.text for p in parsed] == ["User: My cat is Mochi.\nAssistant: Noted, Mochi.",
+                                                  "User: And my dog is Rex.\nAssistant: Noted, Rex."]
+
+
 def test_transcriber_callable_turns_audio_into_text(tmp_path):
     parser = RoundNodeParser(memory_id="m", image_dir=str(tmp_path), transcriber=lambda block: f"{len(block.audio)} bytes said hello")
     rounds = parser.rounds_from_messages([ChatMessage(role=MessageRole.USER, blocks=[AudioBlock(audio=b"abc", format="wav")])])
