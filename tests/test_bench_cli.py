@@ -420,6 +420,9 @@ def test_compare_names_an_unknown_system_or_metric(memgallery_run):
         cli.main(["compare", path, path, "--metric", "nosuch"])
     with pytest.raises(SystemExit, match="not a readable results file"):
         cli.main(["compare", path, str(out / "missing.json")])
+    data = DATA / "locomo" / "locomo_dev.json"  # the data file given for a results file
+    with pytest.raises(SystemExit, match="locomo_dev.json: not a vmem-bench results file"):
+        cli.main(["compare", path, str(data)])
 
 
 @pytest.mark.parametrize("flag", [["--k", "0"], ["--k", "-1"], ["--limit", "0"]])
@@ -442,6 +445,23 @@ def test_what_would_fail_after_the_run_is_refused_before_it(tmp_path):
         cli.main(["memgallery", str(tmp_path / "bad.json")])
     with pytest.raises(SystemExit, match="not a readable locomo file"):
         cli.main(["locomo", dialog])
+    with pytest.raises(SystemExit, match="include vmem in --systems"):
+        cli.main(["memgallery", dialog, "--systems", "stock-bm25", "--qa", "--judge-prompt",
+                  str(DATA / "memgallery" / "prompts" / "llm_judge.txt")], llm=MockLLM())
+    with pytest.raises(SystemExit, match="--llm-kwargs are arguments for --llm, which is not given"):
+        cli.main(["memgallery", dialog, "--llm-kwargs", '{"model": "gpt-4o"}'])
+    (tmp_path / "empty.json").write_text("[]")
+    with pytest.raises(SystemExit, match="no conversations in .*empty.json"):
+        cli.main(["locomo", str(tmp_path / "empty.json")])
+
+
+def test_an_image_file_that_is_no_image_stops_the_run_naming_it(tmp_path, photos):
+    """A missing file runs as its caption; a file that is there but is not an image is the data's fault."""
+    path = _photo_dialogue(tmp_path, photos)
+    (tmp_path / "image" / "T" / "D1_IMG_003.png").write_bytes(b"not an image")
+    with pytest.raises(SystemExit, match="^conversation T: round D1:3 image D1:IMG_003: not an image"):
+        cli.main(["memgallery", str(path), "--systems", "vmem,stock-bm25", "--out", str(tmp_path / "r.json"),
+                  "--report", str(tmp_path / "r.md"), "--no-progress"])
 
 
 def test_two_conversations_of_one_name_are_refused_not_merged_into_one_memory():

@@ -121,3 +121,28 @@ def test_locomo_rounds_group_speaker_a_with_following_b_turns(tmp_path):
 
 def test_parse_evidence():
     assert parse_evidence(["D8:6; D9:17", "D", "D:11:26", "D2:3"]) == (["D8:6", "D9:17", "D11:26", "D2:3"], 3)
+    assert parse_evidence("D1:4") == (["D1:4"], 1)  # one id given bare: read whole, counted as malformed
+    assert parse_evidence(None) == ([], 0) and parse_evidence([]) == ([], 0)
+
+
+def test_locomo_evidence_given_bare_or_null_is_read_as_memgallery_clues_are(tmp_path):
+    turns = [{"speaker": "Ann", "dia_id": "D1:1", "text": "hi"}, {"speaker": "Bob", "dia_id": "D1:2", "text": "hey"}]
+    sample = {"sample_id": "c", "conversation": {"speaker_a": "Ann", "speaker_b": "Bob", "session_1": turns},
+              "qa": [{"question": "q1", "answer": "a", "evidence": "D1:2", "category": 1},
+                     {"question": "q2", "answer": "b", "evidence": None, "category": 1}]}
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([sample]))
+    [conv] = load_locomo(path)
+    assert [q.gold for q in conv.questions] == [["D1:2"], []] and conv.malformed_evidence == 1
+
+
+def test_image_modes_describe_the_questions_that_run(tmp_path):
+    """A run cut to its first questions reports the images of those, not of every question loaded."""
+    path = _memgallery(tmp_path, True)
+    data = json.loads(path.read_text())
+    data["human-annotated QAs"][1]["question_image"] = "../image/T/gone.png"
+    path.write_text(json.dumps(data))
+    conv = load_memgallery(path)
+    assert conv.image_mode == MIXED
+    conv.questions = conv.questions[:1]
+    assert conv.image_mode == PIXELS and conv.image_modes[CAPTION] == []

@@ -123,8 +123,15 @@ def main(argv: Optional[List[str]] = None, llm=None) -> int:
 def _prepare_run(args: argparse.Namespace, llm) -> None:
     """Refuse, or make ready, everything that would otherwise fail only after the run, when its
     work is lost: the LLM and judge prompt QA needs, and the output folders."""
+    from .harness import names
+
     if args.qa and llm is None:
         raise SystemExit("--qa needs an LLM (--llm)")
+    if args.qa and "vmem" not in names(args.systems):
+        raise SystemExit("--qa answers from contexts filled to vmem's size for each question: include vmem in --systems "
+                         "(without it a stock context would be its whole retrieved pool)")
+    if args.llm_kwargs is not None and args.llm is None:
+        raise SystemExit("--llm-kwargs are arguments for --llm, which is not given")
     if args.qa and args.command == "memgallery" and args.judge_prompt is None:
         raise SystemExit("--qa on memgallery needs its judge prompt (--judge-prompt .../prompts/llm_judge.txt)")
     if args.judge_prompt is not None and not args.judge_prompt.is_file():
@@ -145,14 +152,19 @@ def _load(args: argparse.Namespace) -> List[BenchConversation]:
                 conversations += load_locomo(path)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise SystemExit(f"{path}: not a readable {args.command} file ({type(e).__name__}: {e})") from None
+    if not conversations:
+        raise SystemExit(f"no conversations in {', '.join(map(str, paths))}")
     return conversations
 
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        results = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise SystemExit(f"{path}: not a readable results file ({type(e).__name__}: {e})") from None
+    if not isinstance(results, dict) or "benchmark" not in results:
+        raise SystemExit(f"{path}: not a vmem-bench results file (no 'benchmark' in it)")
+    return results
 
 
 if __name__ == "__main__":

@@ -94,10 +94,11 @@ class BenchConversation:
     malformed_evidence: int = 0
     speakers: Tuple[str, str] = ("user", "assistant")
 
-    @functools.cached_property
+    @property
     def image_modes(self) -> Dict[str, List[str]]:
         """Image ids (a question's image as ``<qid>:question``) by the mode they run in: ``pixels``
-        where the file was found, ``caption`` where it was not (or the data has none)."""
+        where the file was found, ``caption`` where it was not (or the data has none). Read from the
+        questions as they are now, so a run cut short by ``--limit`` reports only what it ran."""
         modes: Dict[str, List[str]] = {PIXELS: [], CAPTION: []}
         for r in self.rounds:
             for i in r.images:
@@ -160,9 +161,8 @@ def load_memgallery(path: Path, image_root: Optional[Path] = None) -> BenchConve
     questions = []
     malformed = 0
     for i, qa in enumerate(data.get("human-annotated QAs", [])):
-        clue = qa.get("clue") or []
-        gold, bad = parse_evidence(clue if isinstance(clue, list) else [clue])
-        malformed += bad + (not isinstance(clue, list))  # one id given bare, not in a list, is read and counted
+        gold, bad = parse_evidence(qa.get("clue"))
+        malformed += bad
         questions.append(BenchQuestion(
             qid=f"{path.stem}#{i}", question=qa["question"], category=qa["point"], gold=gold,
             answer=str(qa.get("answer", "")), image_path=_image_path(qa.get("question_image"), path, image_root),
@@ -181,11 +181,16 @@ def _nth(values: Any, n: int) -> Any:
     return values[n] if isinstance(values, list) and n < len(values) else None
 
 
-def parse_evidence(raw: List[Any]) -> Tuple[List[str], int]:
-    """Turn ids from LoCoMo ``evidence``, tolerating ``"D8:6; D9:17"``, ``"D:11:26"`` and ``"D"``."""
+def parse_evidence(raw: Any) -> Tuple[List[str], int]:
+    """Ids from a question's evidence list (LoCoMo ``evidence``, Mem-Gallery ``clue``) and how many
+    were malformed, tolerating ``"D8:6; D9:17"``, ``"D:11:26"`` and ``"D"``; none (``null``) is an
+    empty list, and one id given bare rather than in a list is read and counted as malformed."""
+    if not raw:
+        return [], 0
+    bare = not isinstance(raw, list)
     ids: List[str] = []
-    malformed = 0
-    for item in raw:
+    malformed = int(bare)
+    for item in [raw] if bare else raw:
         text = str(item)
         found = _TURN_ID.findall(text.replace("D:", "D"))
         if not found or not _TURN_ID.fullmatch(text.strip()):
@@ -227,7 +232,7 @@ def load_locomo(path: Path) -> List[BenchConversation]:
         for i, qa in enumerate(sample["qa"]):
             if qa["category"] in LOCOMO_EXCLUDED:
                 continue
-            gold, bad = parse_evidence(qa.get("evidence", []))
+            gold, bad = parse_evidence(qa.get("evidence"))
             malformed += bad
             questions.append(BenchQuestion(f"{sample['sample_id']}#{i}", qa["question"], LOCOMO_CATEGORIES[qa["category"]],
                                            gold, str(qa.get("answer", ""))))

@@ -32,6 +32,7 @@ from llama_index.core.utils import get_tokenizer
 from .. import VMemIndex, VMemQueryBundle, delivery, schema
 from ..config import VMemConfig
 from ..delivery import ContentBlock, Deliverer, DeliveryMode
+from ..errors import VMemInputError
 from ..postprocessor import BLOCK_ROUNDS, NeighborRoundPostprocessor
 from ..store import Collection
 from .data import BenchConversation, BenchQuestion, BenchRound
@@ -180,7 +181,11 @@ class VMemBuild:
             start = time.perf_counter()
             index = VMemIndex.from_defaults(path=Path(self._tmp.name), memory_id=conv.name, embed_model=self.embed_model,
                                             image_encoder=self.image_encoder, llm=self.llm, config=self.config)
-            index.add_rounds([r.as_round_dict() for r in conv.rounds])
+            try:
+                index.add_rounds([r.as_round_dict() for r in conv.rounds])
+            except VMemInputError as e:  # a file that is there but is no image: the data must be fixed
+                index.close()
+                raise SystemExit(f"conversation {conv.name}: {e}") from None
             self.indexes[conv.name] = index
             self.retrievers[conv.name] = index.as_retriever()
             self.seconds += time.perf_counter() - start
