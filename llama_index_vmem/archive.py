@@ -60,13 +60,13 @@ def _image_files(index: "VMemIndex", points: List[PointData]) -> Dict[str, Path]
     written: an import requires every image a point names, so an archive missing one is refused."""
     files: Dict[str, Path] = {}
     for p in points:
-        source = p.payload.get(schema.IMAGE_PATH)
-        if not source:
+        if not p.payload.get(schema.IMAGE_PATH):
             continue
-        if not Path(source).is_file():
+        source = index.image_file(p.payload[schema.IMAGE_PATH])
+        if not source.is_file():
             raise VMemInputError(f"memory {index.memory_id} image {p.payload.get(schema.IMAGE_ID)!r}",
                                  f"has no file at {source}; it cannot be exported")
-        files.setdefault(Path(source).name, Path(source))
+        files.setdefault(source.name, source)
     return files
 
 

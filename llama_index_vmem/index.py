@@ -153,6 +153,8 @@ class VMemIndex:
             store: LaneStore = ServerLaneStore(client, prefix=collection_prefix, owns_client=owns_client)
             if image_dir is None:
                 if path is None:
+                    logger.warning("memory %s: its rounds stay on the server but its pictures go to a temporary folder "
+                                   "that close() deletes; pass image_dir= (or path=) to keep them", memory_id)
                     tmp = tempfile.TemporaryDirectory(prefix="vmem-")
                     path = tmp.name
                 image_dir = Path(path) / "images"
@@ -421,6 +423,21 @@ class VMemIndex:
         hits = self.store.scroll(Collection.ROUNDS, self.scope(round_ids=tuple(round_ids)))
         return {h.id: schema.round_from_payload(h.id, h.payload) for h in hits}
 
+    def unit(self, point_id: str, payload: Dict[str, Any]) -> TextNode:
+        """A stored unit as a node; an image's file as ``image_file`` finds it."""
+        if payload.get(schema.IMAGE_PATH):
+            payload = {**payload, schema.IMAGE_PATH: str(self.image_file(payload[schema.IMAGE_PATH]))}
+        return schema.unit_from_payload(point_id, payload)
+
+    def image_file(self, recorded: str) -> Path:
+        """Where a stored image's file is now. Payloads keep the path the file was saved at, but a
+        store that was moved or copied holds its files in its own image folder, under the same
+        (content-hash) name: that copy is the one to read, and the only one ``forget`` deletes.
+        The recorded path is read only where this folder has no such file (a store reopened with
+        another ``image_dir``)."""
+        own = self.image_dir / Path(recorded).name
+        return own if own.is_file() or not Path(recorded).is_file() else Path(recorded)
+
     def images_near(self, rounds: Sequence[TextNode], window: int) -> Dict[str, List[ImageNode]]:
         """Each round's own images, or, for a round without one, the images of its linked rounds
         within ``window`` (nearest first, the earlier side first), never across a session's edge."""
@@ -437,7 +454,7 @@ class VMemIndex:
         """The image units of these rounds, by round id, in conversation order."""
         by_round: Dict[str, List[ImageNode]] = {}
         for hit in self.store.scroll(Collection.IMAGE, self.scope(round_ids=tuple(dict.fromkeys(round_ids)))):
-            by_round.setdefault(hit.payload[schema.ROUND_ID], []).append(schema.unit_from_payload(hit.id, hit.payload))
+            by_round.setdefault(hit.payload[schema.ROUND_ID], []).append(self.unit(hit.id, hit.payload))
         return by_round
 
     # -- the life of a memory -----------------------------------------------------------------

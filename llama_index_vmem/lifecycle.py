@@ -98,7 +98,7 @@ def list_rounds(index: "VMemIndex", selection: Selection, offset: int, limit: in
     units: Dict[str, List[TextNode]] = {}
     for collection in (Collection.TEXT, Collection.IMAGE):
         for h in index.store.scroll(collection, scope):
-            units.setdefault(h.payload[schema.ROUND_ID], []).append(schema.unit_from_payload(h.id, h.payload))
+            units.setdefault(h.payload[schema.ROUND_ID], []).append(index.unit(h.id, h.payload))
     return [StoredRound(schema.round_from_payload(h.id, h.payload), sorted(units.get(h.id, []), key=lambda u: u.metadata[schema.UNIT_INDEX]))
             for h in page]
 
@@ -188,15 +188,16 @@ def _relinks(index: "VMemIndex", removed: List[PointData]) -> List["Relink"]:
 
 
 def _unshared_images(index: "VMemIndex", removed: List[PointData], scope: Scope) -> List[Path]:
-    """Saved image files of the removed units that no kept unit still points at. Files are named by
-    their content's hash, so names compare: one file may be recorded by two spellings of its path."""
+    """Saved image files of the removed units that no kept unit still points at, in this memory's
+    image folder. Files are named by their content's hash, so names compare: one file may be
+    recorded by two spellings of its path, or by the path it had before its store was moved."""
     gone = {p.id for p in removed}
     kept: Set[str] = set()
     if scope.round_ids is not None:
         kept = {Path(h.payload[schema.IMAGE_PATH]).name for h in index.store.scroll(Collection.IMAGE, index.scope())
                 if h.id not in gone and h.payload.get(schema.IMAGE_PATH)}
-    paths = {p.payload.get(schema.IMAGE_PATH) for p in removed} - {None}
-    return sorted(Path(p) for p in paths if Path(p).name not in kept)
+    names = {Path(p.payload[schema.IMAGE_PATH]).name for p in removed if p.payload.get(schema.IMAGE_PATH)}
+    return sorted(index.image_dir / name for name in names - kept)  # this memory's own files, never a copy's original
 
 
 def _check_keys(keys: Optional[Iterable[str]]) -> Optional[List[str]]:

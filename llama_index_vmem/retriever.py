@@ -210,7 +210,7 @@ class VMemRetriever(BaseRetriever):
             return NodeWithScore(node=node, score=fused.score)
 
         if not plan.round_level:  # ablation: bare units
-            return [explained(schema.unit_from_payload(f.id, next(iter(f.best_units.values())).payload), f) for f in top]
+            return [explained(self._index.unit(f.id, next(iter(f.best_units.values())).payload), f) for f in top]
         rounds = self._index.get_rounds([r.id for r in top])
         images: Dict[str, List[Any]] = {}
         if plan.return_images:

@@ -334,6 +334,39 @@ def test_a_memory_opened_by_a_relative_path_finds_its_pictures_from_any_director
     again.export_archive(tmp_path / "rel.zip")  # refused when a stored path was relative to where it was made
 
 
+def test_a_copied_or_moved_store_reads_and_forgets_only_its_own_pictures(photos, tmp_path, minilm, tiny_siglip):
+    """Payloads record where a picture was saved; a copy of the store (a backup) must not read, or
+    delete, the original's files through them, and a moved store must still find its own."""
+    import shutil
+
+    def open_(path):
+        return VMemIndex.from_defaults(path=path, memory_id="alice", embed_model=minilm, image_encoder=tiny_siglip)
+
+    original = open_(tmp_path / "original")
+    original.add_rounds(_conversation(photos)[:1])
+    original.close()
+    shutil.copytree(tmp_path / "original", tmp_path / "backup")
+    backup, original = open_(tmp_path / "backup"), open_(tmp_path / "original")
+    try:
+        [picture] = [u.image_path for u in backup.rounds()[0].units if getattr(u, "image_path", None)]
+        assert Path(picture).parent == backup.image_dir
+        assert backup.forget(["D1:1"]) == 1 and not list(backup.image_dir.glob("*.png"))
+        [kept] = [u.image_path for u in original.rounds()[0].units if getattr(u, "image_path", None)]
+        assert Path(kept).is_file(), "forgetting in the backup deleted the original's picture"
+        original.export_archive(tmp_path / "original.zip")
+    finally:
+        backup.close()
+        original.close()
+    shutil.move(tmp_path / "original", tmp_path / "moved")
+    moved = open_(tmp_path / "moved")
+    try:
+        [picture] = [u.image_path for u in moved.rounds()[0].units if getattr(u, "image_path", None)]
+        assert Path(picture).is_file() and Path(picture).parent == moved.image_dir
+        moved.export_archive(tmp_path / "moved.zip")
+    finally:
+        moved.close()
+
+
 def test_export_of_a_memory_missing_an_image_file_is_refused_up_front(open_memory, photos, tmp_path):
     """An import requires every image a point names, so such an archive could never be read back."""
     index = open_memory()
