@@ -89,6 +89,36 @@ def test_server_refuses_a_memory_with_other_encoders_of_the_same_dimension(tmp_p
         alice.close()
 
 
+@pytest.mark.parametrize("backend", ["edge", "server"])
+def test_an_encoder_of_the_same_name_but_another_size_is_refused_at_open(tmp_path, tiny_siglip, backend):
+    """``OpenAIEmbedding(dimensions=...)`` or a truncated Matryoshka model: one name, another size.
+    Both backends refuse it when the memory is opened, before a write or search fails on it."""
+    from llama_index.core.embeddings import MockEmbedding
+
+    kwargs = dict(path=tmp_path / "m", image_encoder=tiny_siglip)
+    if backend == "server":
+        kwargs["client"] = QdrantClient(location=":memory:")
+    VMemIndex.from_defaults(embed_model=MockEmbedding(embed_dim=8), **kwargs).close()
+    with pytest.raises(ValueError, match="16"):
+        VMemIndex.from_defaults(embed_model=MockEmbedding(embed_dim=16), **kwargs)
+    index = VMemIndex.from_defaults(embed_model=MockEmbedding(embed_dim=8), **kwargs)
+    try:
+        index.add_round(user="still opens with its own encoder", session_id="D1")
+        assert len(index) == 1
+    finally:
+        index.close()
+
+
+def test_a_server_memory_without_a_lasting_image_folder_says_its_pictures_are_temporary(tmp_path, minilm, tiny_siglip, caplog):
+    client = QdrantClient(location=":memory:")
+    VMemIndex.from_defaults(client=client, memory_id="alice", embed_model=minilm, image_encoder=tiny_siglip).close()
+    assert "memory alice: its rounds stay on the server but its pictures go to a temporary folder" in caplog.text
+    caplog.clear()
+    VMemIndex.from_defaults(client=client, memory_id="alice", image_dir=tmp_path / "img", embed_model=minilm,
+                            image_encoder=tiny_siglip).close()
+    assert "temporary folder" not in caplog.text
+
+
 def test_edge_and_server_backends_return_the_same_results(tmp_path, minilm, tiny_siglip, photos):
     edge = VMemIndex.from_defaults(path=tmp_path / "edge", embed_model=minilm, image_encoder=tiny_siglip)
     server = VMemIndex.from_defaults(client=QdrantClient(location=":memory:"), path=tmp_path / "srv",

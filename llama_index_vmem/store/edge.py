@@ -20,6 +20,8 @@ from ..encoders.bm25 import Sparse
 from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
 MANIFEST = "manifest.json"
+#: The manifest's record of vector sizes, which a shard cannot report (stores made before it have none).
+SIZES_KEY = "vector_sizes"
 _registry: Dict[str, "EdgeLaneStore"] = {}
 _registry_lock = threading.Lock()
 
@@ -47,10 +49,13 @@ class EdgeLaneStore(LaneStore):
             manifest_path = self.path / MANIFEST
             if manifest_path.exists():  # checked for every memory opened, not only the first
                 stored = json.loads(manifest_path.read_text())
+                sizes = stored.pop(SIZES_KEY, None)
                 if stored != manifest:
                     raise ValueError(
                         f"store at {self.path} was built with {stored}; this memory asks for {manifest}"
                     )
+                if sizes is not None and sizes != _sizes(dims):  # one model name, another size (dimensions=, truncate_dim)
+                    raise ValueError(f"store at {self.path} holds vectors of sizes {sizes}; this memory's encoders make {_sizes(dims)}")
                 if not self._shards:
                     for c in Collection:
                         self._shards[c] = _with_indexes(qe.EdgeShard.load(str(self.path / c.value)))
@@ -62,7 +67,7 @@ class EdgeLaneStore(LaneStore):
                 shutil.rmtree(self.path / c.value, ignore_errors=True)
                 self._shards[c] = _with_indexes(qe.EdgeShard.create(str(self.path / c.value), _config(c, dims)))
             tmp = manifest_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+            tmp.write_text(json.dumps({**manifest, SIZES_KEY: _sizes(dims)}, indent=2, sort_keys=True))
             os.replace(tmp, manifest_path)
 
     def upsert(self, collection: Collection, points: Sequence[PointData]) -> None:
@@ -126,6 +131,10 @@ def _with_indexes(shard: qe.EdgeShard) -> qe.EdgeShard:
         if key not in have:
             shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Integer))
     return shard
+
+
+def _sizes(dims: LaneDims) -> Dict[str, int]:
+    return {"text": dims.text, "visual": dims.visual}
 
 
 def _config(collection: Collection, dims: LaneDims) -> qe.EdgeConfig:
