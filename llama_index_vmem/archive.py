@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 FORMAT = 1
 MEMORY_JSON = "memory.json"
 IMAGES = "images"
+#: What ``memory.json`` must hold to be read at all (its points are checked as they are loaded).
+DOCUMENT_FIELDS = {"memory_id": str, "encoders": dict, "collections": dict}
 
 
 def export_memory(index: "VMemIndex", path: Union[str, Path]) -> Path:
@@ -97,6 +99,11 @@ def read_archive(path: Union[str, Path]) -> Archive:
                     images[Path(info.filename).name] = _image(path, archive, info)
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
         raise VMemInputError(f"archive {path}", f"is not a memory archive ({e})") from e
+    if not isinstance(document, dict):
+        raise VMemInputError(f"archive {path}", f"is not a memory archive ({MEMORY_JSON} holds no object)")
+    missing = [key for key, kind in DOCUMENT_FIELDS.items() if not isinstance(document.get(key), kind)]
+    if missing:
+        raise VMemInputError(f"archive {path}", f"is not a memory archive ({MEMORY_JSON} lacks {', '.join(missing)})")
     if document.get("format") != FORMAT:
         raise VMemInputError(f"archive {path}", f"has format {document.get('format')!r}; this version reads {FORMAT}")
     return Archive(path, document, images)

@@ -322,6 +322,21 @@ def test_import_refuses_other_encoders_and_broken_archives(open_memory, photos, 
         VMemIndex.from_archive(broken, embed_model=minilm, image_encoder=tiny_siglip, path=tmp_path / "b")
 
 
+@pytest.mark.parametrize("document, lacks", [
+    ([1, 2], "holds no object"),
+    ({"format": 1, "memory_id": "m", "collections": {}}, "lacks encoders"),
+    ({"format": 1, "encoders": {}, "collections": {}}, "lacks memory_id"),
+    ({"format": 1, "memory_id": ["m"], "encoders": {}}, "lacks memory_id, collections"),
+])
+def test_an_archive_whose_document_is_malformed_is_refused_by_name_before_a_store_is_made(tmp_path, minilm, document, lacks):
+    path = tmp_path / "crafted.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("memory.json", json.dumps(document))
+    with pytest.raises(VMemInputError, match=f"^archive .*crafted.zip: is not a memory archive \\(memory.json {lacks}\\)"):
+        VMemIndex.from_archive(path, embed_model=minilm, path=tmp_path / "store")
+    assert not (tmp_path / "store").exists()
+
+
 def test_a_memory_opened_by_a_relative_path_finds_its_pictures_from_any_directory(open_memory, photos, tmp_path, monkeypatch):
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
