@@ -34,7 +34,7 @@ from pydantic import PrivateAttr
 from . import schema
 from .images import open_rgb, write_atomically
 from .messages import local_query
-from .postprocessor import BLOCK_ROUND_IDS, NeighborRoundPostprocessor
+from .postprocessor import BLOCK_ROUND_IDS, NeighborRoundPostprocessor, is_own, splice
 from .retriever import EXPLAIN_KEY
 
 if TYPE_CHECKING:
@@ -332,14 +332,17 @@ class DeliveryPostprocessor(BaseNodePostprocessor):
         return "DeliveryPostprocessor"
 
     def _postprocess_nodes(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
+        """This memory's blocks are delivered in their place; other retrievers' nodes pass as they are."""
         nodes = self._blocks.postprocess_nodes(nodes, query_bundle)
-        score = max((n.score or 0.0 for n in nodes), default=0.0)
+        memory_id = self._deliverer.index.memory_id
+        own = [n for n in nodes if is_own(n.node, memory_id)]
+        score = max((n.score or 0.0 for n in own), default=0.0)
         out: List[NodeWithScore] = []
-        for block in self._deliverer.deliver(nodes, query_bundle):
+        for block in self._deliverer.deliver(own, query_bundle):
             if isinstance(block, ImageBlock):
                 out.append(NodeWithScore(node=ImageNode(image_path=str(block.path)), score=score))
             elif out and not isinstance(out[-1].node, ImageNode):
                 out[-1].node.text += block.text
             else:
                 out.append(NodeWithScore(node=TextNode(text=block.text), score=score))
-        return out
+        return splice(nodes, lambda n: is_own(n, memory_id), out)

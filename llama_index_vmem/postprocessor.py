@@ -6,10 +6,10 @@ recall). Aggregation questions skip this step; the router sets their window to 0
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import BaseNode, ImageNode, NodeWithScore, QueryBundle, TextNode
 from pydantic import Field, PrivateAttr
 
 from . import neighbours, schema
@@ -39,15 +39,18 @@ class NeighborRoundPostprocessor(BaseNodePostprocessor):
         return "NeighborRoundPostprocessor"
 
     def _postprocess_nodes(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
-        rounds = [n for n in nodes if schema.UNIT_IDS in n.node.metadata]
+        """This memory's rounds become blocks, each round's images after its block; every other node
+        (another retriever's, fused in) is kept as it is, in its place around them."""
+        memory_id = self._index.memory_id
+        rounds = [n for n in nodes if _is_round(n.node, memory_id)]
         if not rounds:
             return nodes
         images: Dict[str, List[NodeWithScore]] = {}
-        current = None
+        current = rounds[0].node.node_id  # an image a reranker put first goes with the best round
         for n in nodes:
-            if schema.UNIT_IDS in n.node.metadata:
+            if _is_round(n.node, memory_id):
                 current = n.node.node_id
-            elif current is not None:
+            elif _is_image_unit(n.node, memory_id):
                 images.setdefault(current, []).append(n)
         window = self.window if self.window is not None else rounds[0].node.metadata.get(EXPLAIN_KEY, {}).get("neighbor_window", 1)
         matched = {r.node.node_id: r for r in rounds}
@@ -58,7 +61,29 @@ class NeighborRoundPostprocessor(BaseNodePostprocessor):
             out.append(NodeWithScore(node=_block_node(chain, [h.node for h in hits]), score=max(h.score or 0.0 for h in hits)))
             for h in hits:
                 out.extend(images.get(h.node.node_id, []))
-        return out
+        return splice(nodes, lambda n: _is_round(n, memory_id) or _is_image_unit(n, memory_id), out)
+
+
+def splice(nodes: List[NodeWithScore], own: Callable[[BaseNode], bool], made: List[NodeWithScore]) -> List[NodeWithScore]:
+    """``made`` (what the ``own`` nodes became) where the first of them was (after the rest, with none),
+    and every other node as it was, in its order around it: another retriever's nodes fused in with
+    V-Mem's are neither dropped nor moved past V-Mem's best."""
+    first = next((i for i, n in enumerate(nodes) if own(n.node)), len(nodes))
+    return nodes[:first] + made + [n for n in nodes[first:] if not own(n.node)]
+
+
+def _is_round(node: BaseNode, memory_id: str) -> bool:
+    return schema.UNIT_IDS in node.metadata and node.metadata.get(schema.MEMORY_ID) == memory_id
+
+
+def _is_image_unit(node: BaseNode, memory_id: str) -> bool:
+    return isinstance(node, ImageNode) and schema.ROUND_ID in node.metadata and node.metadata.get(schema.MEMORY_ID) == memory_id
+
+
+def is_own(node: BaseNode, memory_id: str) -> bool:
+    """A node of ``memory_id``'s context: a block this postprocessor made, or an image unit with one."""
+    block = BLOCK_ROUND_IDS in node.metadata and node.metadata.get(schema.MEMORY_ID) == memory_id
+    return block or _is_image_unit(node, memory_id)
 
 
 def _chains(rounds: Dict[str, TextNode]) -> List[List[TextNode]]:

@@ -160,6 +160,30 @@ def test_delivery_postprocessor_alone_assembles_the_neighbour_blocks_itself(make
     assert sum(isinstance(n.node, ImageNode) for n in alone) == (3 if mode is DeliveryMode.PIXELS else 0)
 
 
+@pytest.mark.parametrize("mode", [DeliveryMode.PIXELS, DeliveryMode.TEXT])
+def test_nodes_of_other_retrievers_fused_in_pass_both_postprocessors_in_place(make_index, photos, mode):
+    """A QueryFusionRetriever over V-Mem and a document retriever (or another memory's retriever):
+    V-Mem's rounds become its blocks where its best round was; every other node stays as it was."""
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from llama_index_vmem import NeighborRoundPostprocessor
+
+    index = _memory(make_index, photos)
+    other = make_index(memory_id="other")
+    other.add_round(user="My rocket is a model kit.", assistant="Fun.", session_id="O1")
+    query = VMemQueryBundle("Which photo shows the rocket?")
+    ours, theirs = index.as_retriever().retrieve(query), other.as_retriever().retrieve(query)
+    doc_a, doc_b = (NodeWithScore(node=TextNode(text=f"DOC {x}: rockets are tall"), score=0.5) for x in "AB")
+    fused = [doc_a, *ours[:2], doc_b, *theirs, *ours[2:]]
+    blocks = NeighborRoundPostprocessor(index).postprocess_nodes(fused, query)
+    assert blocks[0] is doc_a and "[seen 2024-06-17, session D1, rounds D1:1 to D1:3]" in blocks[1].node.get_content()
+    assert [n for n in blocks if n is doc_b or n in theirs] == [doc_b, *theirs]
+    delivered = DeliveryPostprocessor(index, mode=mode, budget=ImageBudget(3, 200)).postprocess_nodes(fused, query)
+    assert delivered[0] is doc_a and "rounds D1:1 to D1:3" in delivered[1].node.get_content()
+    assert delivered[-len(theirs) - 1:] == [doc_b, *theirs]
+    assert sum(isinstance(n.node, ImageNode) for n in delivered) == (3 if mode is DeliveryMode.PIXELS else 0)
+
+
 @pytest.mark.parametrize("model, mode", [("gpt-4o-mini", DeliveryMode.PIXELS), ("gemini-2.5-flash", DeliveryMode.PIXELS),
                                          ("Qwen2.5-VL-32B", DeliveryMode.PIXELS), ("gpt-3.5-turbo", DeliveryMode.TEXT)])
 def test_default_mode_follows_the_model(model, mode):
