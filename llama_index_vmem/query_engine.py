@@ -14,6 +14,7 @@ from typing import Any, AsyncGenerator, Dict, List, Optional, Union
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, TextBlock
 from llama_index.core.base.response.schema import AsyncStreamingResponse, Response, StreamingResponse
+from llama_index.core.callbacks.schema import CBEventType, EventPayload
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
@@ -130,19 +131,27 @@ class VMemQueryEngine(BaseQueryEngine):
         )
 
     def _query(self, query_bundle: QueryBundle) -> Union[Response, StreamingResponse]:
-        request = self.prepare(query_bundle)
-        if self.streaming:
-            trim = _Trim()
-            deltas = (trim(chunk.delta or "") for chunk in self.llm.stream_chat([request.message]))
-            return StreamingResponse((d for d in deltas if d), source_nodes=request.nodes, metadata=request.metadata)
-        return _response(request, self.llm.chat([request.message]))
+        with self.callback_manager.event(CBEventType.QUERY, payload={EventPayload.QUERY_STR: query_bundle.query_str}) as event:
+            request = self.prepare(query_bundle)
+            if self.streaming:
+                trim = _Trim()
+                deltas = (trim(chunk.delta or "") for chunk in self.llm.stream_chat([request.message]))
+                response = StreamingResponse((d for d in deltas if d), source_nodes=request.nodes, metadata=request.metadata)
+            else:
+                response = _response(request, self.llm.chat([request.message]))
+            event.on_end(payload={EventPayload.RESPONSE: response})
+        return response
 
     async def _aquery(self, query_bundle: QueryBundle) -> Union[Response, AsyncStreamingResponse]:
-        request = await asyncio.to_thread(self.prepare, query_bundle)
-        if not self.streaming:
-            return _response(request, await self.llm.achat([request.message]))
-        stream = await self.llm.astream_chat([request.message])
-        return AsyncStreamingResponse(_adeltas(stream), source_nodes=request.nodes, metadata=request.metadata)
+        with self.callback_manager.event(CBEventType.QUERY, payload={EventPayload.QUERY_STR: query_bundle.query_str}) as event:
+            request = await asyncio.to_thread(self.prepare, query_bundle)
+            if self.streaming:
+                stream = await self.llm.astream_chat([request.message])
+                response = AsyncStreamingResponse(_adeltas(stream), source_nodes=request.nodes, metadata=request.metadata)
+            else:
+                response = _response(request, await self.llm.achat([request.message]))
+            event.on_end(payload={EventPayload.RESPONSE: response})
+        return response
 
 
 def _response(request: AnswerRequest, reply: ChatResponse) -> Response:

@@ -13,11 +13,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
+import llama_index.core.instrumentation as instrument
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
+from llama_index.core.callbacks.schema import CBEventType, EventPayload
+from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent, RetrievalStartEvent
 from llama_index.core.llms import LLM
 from llama_index.core.prompts.mixin import PromptMixinType
-from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
 from . import neighbours, schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from .index import VMemIndex
 
 logger = logging.getLogger(__name__)
+dispatcher = instrument.get_dispatcher(__name__)
 
 #: Metadata key under which each returned node explains itself.
 EXPLAIN_KEY = "vmem"
@@ -98,18 +102,32 @@ class VMemRetriever(BaseRetriever):
     # -- BaseRetriever ------------------------------------------------------------------------
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        return self.retrieve_with_plan(query_bundle).nodes
+        return self._plan_and_rank(query_bundle).nodes
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        return (await asyncio.to_thread(self.retrieve_with_plan, query_bundle)).nodes
+        return (await asyncio.to_thread(self._plan_and_rank, query_bundle)).nodes
 
     # -- the algorithm ------------------------------------------------------------------------
 
     def route(self, query_bundle: QueryBundle, **overrides: Any) -> RoutePlan:
         return self.router.route(query_bundle, self.config.override(**overrides))
 
-    def retrieve_with_plan(self, query_bundle: QueryBundle, **overrides: Any) -> RetrievalResult:
-        """Retrieve, returning the route plan and anchors too; ``VMemConfig`` fields override per query."""
+    @dispatcher.span
+    def retrieve_with_plan(self, query_bundle: QueryType, **overrides: Any) -> RetrievalResult:
+        """Retrieve, returning the route plan and anchors too; ``VMemConfig`` fields override per query.
+        Tracing sees it as it sees ``retrieve``: the same callback and instrumentation events."""
+        self._check_callback_manager()
+        dispatcher.event(RetrievalStartEvent(str_or_query_bundle=query_bundle))
+        with self.callback_manager.as_trace("query"):
+            with self.callback_manager.event(
+                CBEventType.RETRIEVE, payload={EventPayload.QUERY_STR: schema.as_query(query_bundle).query_str}
+            ) as retrieve_event:
+                result = self._plan_and_rank(query_bundle, **overrides)
+                retrieve_event.on_end(payload={EventPayload.NODES: result.nodes})
+        dispatcher.event(RetrievalEndEvent(str_or_query_bundle=query_bundle, nodes=result.nodes))
+        return result
+
+    def _plan_and_rank(self, query_bundle: QueryType, **overrides: Any) -> RetrievalResult:
         query_bundle = schema.as_query(query_bundle)
         for item, text in (("query", query_bundle.query_str), ("query image caption", getattr(query_bundle, "image_caption", ""))):
             if text is not None and (not isinstance(text, str) or not schema.is_utf8(text)):

@@ -36,6 +36,36 @@ def test_answer_prompt_is_verbatim_and_filled_with_time_ordered_blocks(make_inde
     assert response.source_nodes and response.metadata["case"] == "text->text"
 
 
+@pytest.mark.parametrize("mode", ["query", "aquery"])
+def test_tracing_sees_the_query_and_its_retrieval_as_with_a_stock_engine(make_index, photos, scripted_llm, mode):
+    """Callback handlers (LlamaDebugHandler) get the QUERY and RETRIEVE events, instrumentation handlers
+    (Langfuse, Arize, ...) the retrieval start and end, with the nodes retrieved."""
+    from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
+    from llama_index.core.instrumentation import get_dispatcher
+    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+
+    class Seen(BaseEventHandler):
+        events: list = []
+
+        def handle(self, event, **kwargs):
+            self.events.append(event)
+
+    seen, debug = Seen(), LlamaDebugHandler()
+    get_dispatcher().add_event_handler(seen)
+    try:
+        engine = _memory(make_index, photos).as_query_engine(llm=scripted_llm(default="Mochi"),
+                                                             callback_manager=CallbackManager([debug]))
+        response = engine.query("What is my cat called?") if mode == "query" else asyncio.run(engine.aquery("What is my cat called?"))
+    finally:
+        get_dispatcher().event_handlers.remove(seen)
+    [(start, end)] = debug.get_event_pairs(CBEventType.RETRIEVE)
+    assert start.payload["query_str"] == "What is my cat called?" and end.payload["nodes"]
+    assert debug.get_event_pairs(CBEventType.QUERY)[0][1].payload["response"] is response
+    [ended] = [e for e in seen.events if e.class_name() == "RetrievalEndEvent"]
+    assert [e.class_name() for e in seen.events].count("RetrievalStartEvent") == 1
+    assert [n.node.node_id for n in ended.nodes] == [n.node.node_id for n in end.payload["nodes"]]
+
+
 def test_conflict_question_gets_the_conflict_prompt(make_index, photos, scripted_llm):
     llm = scripted_llm(default="No")
     _memory(make_index, photos).as_query_engine(llm=llm).query("Is there a contradiction about where I live?")
