@@ -41,11 +41,10 @@ from .index import VMemIndex
 from .memory_block import VMemMemoryBlock
 from .messages import query_from_message, today
 from .node_parser import INSTRUCTION_ROLES, RoundInput, round_spans
-from .query_engine import AnswerRequest, VMemQueryEngine
+from .query_engine import REPLY_TOKENS, AnswerRequest, VMemQueryEngine
 
 
 #: Room left in the model's window for its reply (as LlamaIndex's chat engines leave).
-REPLY_TOKENS = 256
 
 
 class VMemChatEngine(BaseChatEngine):
@@ -107,10 +106,11 @@ class VMemChatEngine(BaseChatEngine):
         prompt. ``Memory`` budgets the history alone, so the oldest turns that would push the input
         past the model's window (less room for the reply) are left out of this call. The history's
         leading system messages (a static block, recalled memory blocks) are always sent."""
-        request = self.query_engine.prepare(query_from_message(self.index, _fetched(user, pending)))
         lead = list(takewhile(lambda m: m.role in INSTRUCTION_ROLES, history))
         turns = history[len(lead):]
-        sent = sum(content_tokens(m.blocks) for m in [*self._prefix, *lead, request.message])
+        reserved = sum(content_tokens(m.blocks) for m in [*self._prefix, *lead])
+        request = self.query_engine.prepare(query_from_message(self.index, _fetched(user, pending)), reserved=reserved)
+        sent = reserved + content_tokens(request.message.blocks)
         room = self._llm.metadata.context_window - REPLY_TOKENS - sent
         kept: list[ChatMessage] = []
         for message in reversed(turns):

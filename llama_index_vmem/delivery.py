@@ -102,6 +102,33 @@ def prompt_with_context(prompt: BasePromptTemplate, context: Sequence[ContentBlo
     return merge_text([TextBlock(text=before), *context, TextBlock(text=after)])
 
 
+def fit(nodes: Sequence[NodeWithScore], tokens: int, pixels: bool) -> List[NodeWithScore]:
+    """The blocks (each with the image nodes after it) whose estimated size fits ``tokens``: the
+    least relevant go first, the rest keep their order, and the best always stays (``head`` cuts it
+    if it alone is too long). A block counts its text and separator, and in pixels delivery
+    ``IMAGE_TOKENS`` for each of its pictures."""
+    groups: List[List[NodeWithScore]] = []
+    for n in nodes:
+        if isinstance(n.node, ImageNode) and groups:
+            groups[-1].append(n)
+        else:
+            groups.append([n])
+    separator = len(get_tokenizer()(BLOCK_SEPARATOR))
+
+    def size(group: List[NodeWithScore]) -> int:
+        block = group[0].node
+        images = set(block.metadata.get(schema.IMAGE_IDS, [])) | {n.node.metadata.get(schema.IMAGE_ID) for n in group[1:]}
+        return len(get_tokenizer()(block.get_content())) + separator + (IMAGE_TOKENS * len(images) if pixels else 0)
+
+    sizes = [size(g) for g in groups]
+    kept = set(range(len(groups)))
+    for i in sorted(kept, key=lambda i: (groups[i][0].score or 0.0, -i)):  # least relevant, then latest, first
+        if sum(sizes[j] for j in kept) <= tokens or len(kept) == 1:
+            break
+        kept.discard(i)
+    return [n for i, g in enumerate(groups) if i in kept for n in g]
+
+
 def split_blocks(content: Sequence[ContentBlock]) -> List[List[ContentBlock]]:
     """Delivered content cut back into its neighbour blocks: at each separator delivery put before a
     block's ``[seen ..., session ..., round ...]`` header, not at one the rounds' own text holds."""

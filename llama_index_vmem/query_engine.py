@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator, Dict, List, Optional, Union
+from typing import Any, AsyncGenerator, Dict, List, Optional, Tuple, Union
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, TextBlock
@@ -22,7 +22,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from . import schema
 from .errors import VMemInputError
-from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, default_mode, prompt_with_context
+from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, content_tokens, default_mode, fit, head, prompt_with_context
 from .messages import local_query
 from .postprocessor import NeighborRoundPostprocessor
 from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, IMAGE_NOTE_PROMPT
@@ -41,6 +41,10 @@ class AnswerRequest:
     message: ChatMessage
     nodes: List[NodeWithScore]
     metadata: Dict[str, Any]
+
+
+#: Tokens of the model's window left free for its answer.
+REPLY_TOKENS = 256
 
 
 class VMemQueryEngine(BaseQueryEngine):
@@ -92,12 +96,19 @@ class VMemQueryEngine(BaseQueryEngine):
         return self.postprocessor.postprocess_nodes(self.retriever.retrieve(query_bundle), query_bundle)
 
     def _content(self, prompt: BasePromptTemplate, query_bundle: QueryBundle, result: RetrievalResult,
-                 nodes: List[NodeWithScore]) -> List[ContentBlock]:
-        """The prompt's text around the delivered blocks (and the attached-image note), as one message."""
-        context: List[ContentBlock] = self.deliverer.deliver(nodes, query_bundle)
+                 nodes: List[NodeWithScore], room: int) -> Tuple[List[ContentBlock], List[NodeWithScore]]:
+        """The prompt's text around the delivered blocks (and the attached-image note), as one message
+        within ``room`` tokens, and the nodes delivered: blocks that would not fit are left out, least
+        relevant first, and a best block too long alone is cut after a whole line."""
+        note: List[ContentBlock] = []
         if query_bundle.image_path or schema.query_image_caption(query_bundle):
-            context.append(TextBlock(text=f"\n\n{self._image_note(query_bundle, result)}"))
-        return prompt_with_context(prompt, context, question=query_bundle.query_str)
+            note.append(TextBlock(text=f"\n\n{self._image_note(query_bundle, result)}"))
+        budget = room - content_tokens(prompt_with_context(prompt, note, question=query_bundle.query_str))
+        nodes = fit(nodes, budget, self.deliverer.mode is DeliveryMode.PIXELS)
+        context = self.deliverer.deliver(nodes, query_bundle)
+        if content_tokens(context) > budget:
+            context = head(context, budget)
+        return prompt_with_context(prompt, context + note, question=query_bundle.query_str), nodes
 
     def _image_note(self, query_bundle: QueryBundle, result: RetrievalResult) -> str:
         caption = schema.query_image_caption(query_bundle) or _NO_DESCRIPTION
@@ -110,16 +121,19 @@ class VMemQueryEngine(BaseQueryEngine):
             caption=match.payload.get(schema.CAPTION, ""),
         )
 
-    def prepare(self, query_bundle: QueryBundle) -> AnswerRequest:
-        """Everything of an answer but the LLM call, so a chat engine can send it after its history.
-        A query image given as a URL is made local first: fetched and checked once, then retrieval
-        encodes and delivery stamps the same file."""
+    def prepare(self, query_bundle: QueryBundle, reserved: int = 0) -> AnswerRequest:
+        """Everything of an answer but the LLM call, so a chat engine can send it after its history
+        (``reserved``: the tokens it sends besides, which the prompt leaves room for, with
+        ``REPLY_TOKENS`` for the answer). A query image given as a URL is made local first: fetched
+        and checked once, then retrieval encodes and delivery stamps the same file."""
         query_bundle = local_query(self.retriever._index, schema.as_query(query_bundle))
         result = self.retriever.retrieve_with_plan(query_bundle)
         nodes = self.postprocessor.postprocess_nodes(result.nodes, query_bundle)
         prompt = self._prompts["conflict_prompt" if result.plan.answer_prompt == "conflict" else "answer_prompt"]
+        room = self.llm.metadata.context_window - REPLY_TOKENS - reserved
+        content, nodes = self._content(prompt, query_bundle, result, nodes, room)
         return AnswerRequest(
-            message=ChatMessage(role=MessageRole.USER, blocks=self._content(prompt, query_bundle, result, nodes)),
+            message=ChatMessage(role=MessageRole.USER, blocks=content),
             nodes=nodes,
             metadata={
                 "case": result.plan.case.value,

@@ -66,6 +66,48 @@ def test_tracing_sees_the_query_and_its_retrieval_as_with_a_stock_engine(make_in
     assert [n.node.node_id for n in ended.nodes] == [n.node.node_id for n in end.payload["nodes"]]
 
 
+def _long_days(make_index):
+    index = make_index()
+    story = "We walked along the harbour, looked at the boats, talked about work, the weather and the old town. " * 16
+    index.add_rounds([{"user": f"Day {i}: {story}" + (" My cat Mochi chased a laser pointer." if i == 7 else ""),
+                       "assistant": "Sounds like a lovely day. " * 8, "session_id": f"D{i}"}
+                      for i in range(20)])
+    return index
+
+
+def _window_llm(scripted_llm, window):
+    from llama_index.core.llms import LLMMetadata
+
+    class WindowLLM(scripted_llm):
+        @property
+        def metadata(self):
+            return LLMMetadata(model_name="scripted", context_window=window, is_chat_model=True)
+
+    return WindowLLM(default="It chased a laser pointer.")
+
+
+def test_the_prompt_fits_the_models_window_leaving_out_the_least_relevant_blocks(make_index, scripted_llm):
+    """Twelve long rounds (one per session: a block each) overflow a 4k window: whole blocks go, least relevant
+    first, the best stays, and the question and instructions are never cut."""
+    from llama_index_vmem.delivery import content_tokens
+    from llama_index_vmem.query_engine import REPLY_TOKENS
+
+    index = _long_days(make_index)
+    small, large = _window_llm(scripted_llm, 4096), _window_llm(scripted_llm, 100_000)
+    answer = index.as_query_engine(llm=small).query("What did my cat chase?")
+    index.as_query_engine(llm=large).query("What did my cat chase?")
+    [sent], [whole] = small.chats[-1], large.chats[-1]
+    assert content_tokens(sent.blocks) <= 4096 - REPLY_TOKENS < content_tokens(whole.blocks)
+    assert "My cat Mochi chased a laser pointer." in sent.content and "QUESTION: What did my cat chase?" in sent.content
+    assert sent.content.count("[session ") < whole.content.count("[session ")
+    assert len(answer.source_nodes) == sent.content.count("[session ")  # the sources are what was sent
+    chat = index.as_chat_engine(llm=small, system_prompt="You are a kind assistant. " * 40)
+    for question in ("What did my cat chase?", "And what else happened that day?"):
+        chat.chat(question)
+        assert sum(content_tokens(m.blocks) for m in small.chats[-1]) <= 4096 - REPLY_TOKENS
+    assert small.chats[-1][0].content.startswith("You are a kind assistant.")
+
+
 def test_conflict_question_gets_the_conflict_prompt(make_index, photos, scripted_llm):
     llm = scripted_llm(default="No")
     _memory(make_index, photos).as_query_engine(llm=llm).query("Is there a contradiction about where I live?")
