@@ -102,17 +102,23 @@ def prompt_with_context(prompt: BasePromptTemplate, context: Sequence[ContentBlo
     return merge_text([TextBlock(text=before), *context, TextBlock(text=after)])
 
 
-def fit(nodes: Sequence[NodeWithScore], tokens: int, pixels: bool) -> List[NodeWithScore]:
-    """The blocks (each with the image nodes after it) whose estimated size fits ``tokens``: the
-    least relevant go first, the rest keep their order, and the best always stays (``head`` cuts it
-    if it alone is too long). A block counts its text and separator, and in pixels delivery
-    ``IMAGE_TOKENS`` for each of its pictures."""
+def block_groups(nodes: Sequence[NodeWithScore]) -> List[List[NodeWithScore]]:
+    """Neighbour blocks, each with the image nodes after it: what is kept or dropped together."""
     groups: List[List[NodeWithScore]] = []
     for n in nodes:
         if isinstance(n.node, ImageNode) and groups:
             groups[-1].append(n)
         else:
             groups.append([n])
+    return groups
+
+
+def fit(nodes: Sequence[NodeWithScore], tokens: int, pixels: bool) -> List[NodeWithScore]:
+    """The blocks (each with the image nodes after it) whose estimated size fits ``tokens``: the
+    least relevant go first, the rest keep their order, and the best always stays (``head`` cuts it
+    if it alone is too long). A block counts its text and separator, and in pixels delivery
+    ``IMAGE_TOKENS`` for each of its pictures."""
+    groups = block_groups(nodes)
     separator = len(get_tokenizer()(BLOCK_SEPARATOR))
 
     def size(group: List[NodeWithScore]) -> int:

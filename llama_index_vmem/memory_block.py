@@ -30,9 +30,9 @@ from llama_index.core.base.llms.types import (
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.memory.memory import BaseMemoryBlock
-from llama_index.core.schema import ImageNode, NodeWithScore
+from llama_index.core.schema import NodeWithScore
 
-from .delivery import Deliverer, DeliveryMode, ImageBudget, content_tokens, head, join_blocks, split_blocks
+from .delivery import Deliverer, DeliveryMode, ImageBudget, block_groups, content_tokens, head, join_blocks, split_blocks
 from .errors import VMemInputError
 from .index import VMemIndex
 from .messages import attached_image, message_text, query_from_message, today
@@ -203,13 +203,7 @@ def _per_block(message: ChatMessage, name: str, kind: type) -> list[Any]:
 def _best_first(nodes: list[NodeWithScore]) -> list[NodeWithScore]:
     """Neighbour blocks, each with the image nodes after it, best first: ``Memory`` truncates a
     block's content from its end, so the least relevant go first."""
-    groups: list[list[NodeWithScore]] = []
-    for n in nodes:
-        if isinstance(n.node, ImageNode) and groups:
-            groups[-1].append(n)
-        else:
-            groups.append([n])
-    return [n for group in sorted(groups, key=lambda g: -(g[0].score or 0.0)) for n in group]
+    return [n for group in sorted(block_groups(nodes), key=lambda g: -(g[0].score or 0.0)) for n in group]
 
 
 def latest_user_message(messages: list[ChatMessage]) -> ChatMessage | None:
