@@ -217,6 +217,19 @@ class RoundNodeParser(NodeParser):
 
     # -- public entry points ------------------------------------------------------------------
 
+    def load_images(self, r: RoundInput, item: str) -> RoundInput:
+        """``r`` with every image's pixels read and checked, so parsing only names and places them:
+        a URL is fetched and a picture decoded here, before the caller takes its write lock."""
+        ids = image_ids(r.images, r.round_key, item) if r.round_key else [str(n) for n in range(len(r.images))]
+        loaded = []
+        for img, image_id in zip(r.images, ids):
+            if img.has_pixels and img.checked is None:
+                name = f"{item} image {img.image_id if visible(img.image_id) else image_id}"
+                source = images.read_source(name, path=img.path, data=img.data, url=img.url, fence=self._fence())
+                img = replace(img, checked=images.validate(name, source))
+            loaded.append(img)
+        return replace(r, images=loaded)
+
     def parse_rounds(self, rounds: Sequence[RoundInput], first_seq: int = 1) -> List[ParsedRound]:
         """Parse rounds numbered from ``first_seq``; each round links to the one before it in its session."""
         parsed = [self._parse_round(r, first_seq + i) for i, r in enumerate(rounds)]
