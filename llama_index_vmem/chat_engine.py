@@ -44,9 +44,6 @@ from .node_parser import INSTRUCTION_ROLES, RoundInput, round_spans
 from .query_engine import REPLY_TOKENS, AnswerRequest, VMemQueryEngine
 
 
-#: Room left in the model's window for its reply (as LlamaIndex's chat engines leave).
-
-
 class VMemChatEngine(BaseChatEngine):
     """Chat with long-term multimodal memory: ``chat(message, image_path=None, image_caption=None)``.
 

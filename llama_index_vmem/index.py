@@ -263,7 +263,7 @@ class VMemIndex:
     def _commit(self, inputs: List[RoundInput]) -> List[TextNode]:
         check_utf8(inputs)
         # fetched and decoded outside the lock: a slow URL holds up no other writer of this memory
-        inputs = [self._parser.load_images(r, f"round {r.round_key or i}") for i, r in enumerate(inputs)]
+        inputs = [self._parser.load_images(r, f"round {r.round_key or i}", r.round_key) for i, r in enumerate(inputs)]
         with _write_lock(self.store, self.memory_id):
             last = self._last_seq()
             self._sweep_unfinished(last)

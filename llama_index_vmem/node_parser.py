@@ -217,14 +217,18 @@ class RoundNodeParser(NodeParser):
 
     # -- public entry points ------------------------------------------------------------------
 
-    def load_images(self, r: RoundInput, item: str) -> RoundInput:
+    def load_images(self, r: RoundInput, item: str, key: Optional[str] = None) -> RoundInput:
         """``r`` with every image's pixels read and checked, so parsing only names and places them:
-        a URL is fetched and a picture decoded here, before the caller takes its write lock."""
-        ids = image_ids(r.images, r.round_key, item) if r.round_key else [str(n) for n in range(len(r.images))]
+        a URL is fetched and a picture decoded here, before the caller takes its write lock. Errors
+        name an image by its id, which needs the round's ``key`` when the image has none of its own
+        (else by its position)."""
+        ids = image_ids(r.images, key, item) if key else [i.image_id if visible(i.image_id) else str(n) for n, i in enumerate(r.images)]
         loaded = []
         for img, image_id in zip(r.images, ids):
+            name = f"{item} image {image_id}"
+            if not img.has_pixels and not visible(img.caption):
+                raise VMemInputError(name, "has neither pixels nor a caption")
             if img.has_pixels and img.checked is None:
-                name = f"{item} image {img.image_id if visible(img.image_id) else image_id}"
                 source = images.read_source(name, path=img.path, data=img.data, url=img.url, fence=self._fence())
                 img = replace(img, checked=images.validate(name, source))
             loaded.append(img)
@@ -381,16 +385,11 @@ class RoundNodeParser(NodeParser):
         }
         pending: Dict[Path, images.LoadedImage] = {}
         image_units: List[Dict[str, Any]] = []
+        r = self.load_images(r, item, key)
         for img, image_id in zip(r.images, image_ids(r.images, key, item)):
-            if not img.has_pixels and not visible(img.caption):
-                raise VMemInputError(f"{item} image {image_id}", "has neither pixels nor a caption")
             path = None
-            if img.has_pixels:
-                loaded = img.checked or images.validate(
-                    f"{item} image {image_id}",
-                    images.read_source(f"{item} image {image_id}", path=img.path, data=img.data, url=img.url,
-                                       fence=self._fence()),
-                )
+            if img.checked is not None:
+                loaded = img.checked
                 path = self._image_path(loaded)
                 pending[path] = loaded
             image_units.append({"image_id": image_id, "path": path, "caption": img.caption if visible(img.caption) else ""})

@@ -43,7 +43,7 @@ class AnswerRequest:
     metadata: Dict[str, Any]
 
 
-#: Tokens of the model's window left free for its answer.
+#: Tokens of the model's window left free for its answer (as LlamaIndex's chat engines leave).
 REPLY_TOKENS = 256
 
 
