@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 import pytest
 from llama_index.core.base.llms.types import (
@@ -21,6 +22,35 @@ from pydantic import PrivateAttr
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+@contextlib.contextmanager
+def image_server(body: bytes, before_reply: Callable[[], None] = lambda: None) -> Iterator[Tuple[str, List[str]]]:
+    """A loopback HTTP server answering every GET with ``body`` once ``before_reply()`` returns;
+    yields its address (``http://127.0.0.1:PORT``) and the paths asked for, in order."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    asked: List[str] = []
+
+    class Serve(BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            before_reply()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Serve)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    finally:
+        server.shutdown()
+
 
 #: The benchmark data (never copied into the repository): ``../shared/data`` beside the checkout.
 BENCH_DATA = Path(os.environ.get("VMEM_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))

@@ -276,31 +276,13 @@ def test_an_image_only_turn_is_named_in_the_chat_history_not_left_empty(make_ind
 
 
 def test_a_url_image_in_a_chat_turn_is_fetched_once_and_used_for_retrieval_and_storage(make_index, photos):
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    image, requests = photos["rocket"].read_bytes(), []
-
-    class Serve(BaseHTTPRequestHandler):
-        def do_GET(self):
-            requests.append(self.path)
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(image)))
-            self.end_headers()
-            self.wfile.write(image)
-
-        def log_message(self, *args):
-            pass
+    from conftest import image_server
 
     index = _memory(make_index, photos, config=VMemConfig(k=1, neighbor_window=0))
     engine = index.as_chat_engine(llm=ScriptedLLM(default="A launch."), session_id="S")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Serve)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/rocket.jpg"
-        response = engine.chat(ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text="Seen this before?"), ImageBlock(url=url)]))
-    finally:
-        server.shutdown()
+    with image_server(photos["rocket"].read_bytes()) as (address, requests):
+        response = engine.chat(ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text="Seen this before?"),
+                                                                          ImageBlock(url=f"{address}/rocket.jpg")]))
     assert requests == ["/rocket.jpg"]
     [found] = response.source_nodes
     assert found.node.metadata["rounds"] == ["D2:2"]

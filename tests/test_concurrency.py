@@ -187,37 +187,23 @@ def test_a_slow_url_image_holds_up_no_other_writer_of_the_memory(open_memory, ph
     """A picture is fetched before the memory's write lock is taken: while one add waits on a URL,
     another add to the same memory completes, and the first then stores its picture."""
     import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    image, asked, release = photos["rocket"].read_bytes(), threading.Event(), threading.Event()
+    from conftest import image_server
 
-    class Slow(BaseHTTPRequestHandler):
-        def do_GET(self):
-            asked.set()
-            release.wait(60)
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(image)))
-            self.end_headers()
-            self.wfile.write(image)
-
-        def log_message(self, *args):
-            pass
-
+    asked, release = threading.Event(), threading.Event()
     index = open_memory()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/rocket.jpg"
-    try:
-        with ThreadPoolExecutor(2) as pool:
-            slow = pool.submit(index.add_round, user="Look at this launch.", session_id="A", images=[{"url": url}])
-            assert asked.wait(60), "the URL was never fetched"
-            fast = pool.submit(index.add_round, user="I had soup for lunch.", session_id="B")
-            fast.result(timeout=60)  # before the URL answers
-            assert not slow.done()
+    with image_server(photos["rocket"].read_bytes(), lambda: (asked.set(), release.wait(60))) as (address, _):
+        try:
+            with ThreadPoolExecutor(2) as pool:
+                slow = pool.submit(index.add_round, user="Look at this launch.", session_id="A",
+                                   images=[{"url": f"{address}/rocket.jpg"}])
+                assert asked.wait(60), "the URL was never fetched"
+                fast = pool.submit(index.add_round, user="I had soup for lunch.", session_id="B")
+                fast.result(timeout=60)  # before the URL answers
+                assert not slow.done()
+                release.set()
+                slow.result(timeout=60)
+        finally:
             release.set()
-            slow.result(timeout=60)
-    finally:
-        release.set()
-        server.shutdown()
     assert [r.round.metadata["session_id"] for r in index.rounds()] == ["B", "A"]
     assert any(getattr(u, "image_path", None) for u in index.rounds(session_id="A")[0].units)
