@@ -127,11 +127,12 @@ def fit(nodes: Sequence[NodeWithScore], tokens: int, pixels: bool) -> List[NodeW
         return len(get_tokenizer()(block.get_content())) + separator + (IMAGE_TOKENS * len(images) if pixels else 0)
 
     sizes = [size(g) for g in groups]
-    kept = set(range(len(groups)))
+    kept, total = set(range(len(groups))), sum(sizes)
     for i in sorted(kept, key=lambda i: (groups[i][0].score or 0.0, -i)):  # least relevant, then latest, first
-        if sum(sizes[j] for j in kept) <= tokens or len(kept) == 1:
+        if total <= tokens or len(kept) == 1:
             break
         kept.discard(i)
+        total -= sizes[i]
     return [n for i, g in enumerate(groups) if i in kept for n in g]
 
 
