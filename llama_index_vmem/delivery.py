@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from llama_index.core.base.llms.types import ImageBlock, TextBlock
 from llama_index.core.llms import LLM
@@ -76,11 +76,11 @@ class ImageBudget:
 IMAGE_TOKENS = 256
 
 
-def content_tokens(blocks: Sequence[ContentBlock]) -> int:
-    """Delivered content's size as LlamaIndex's ``Memory`` estimates it: the text's tokens, and a
-    fixed estimate per image."""
+def content_tokens(blocks: Sequence[ContentBlock], tokenizer: Optional[Callable[[str], List[Any]]] = None) -> int:
+    """Delivered content's size as LlamaIndex's ``Memory`` estimates it: the text's tokens (by
+    ``tokenizer``, default LlamaIndex's global one, as ``Memory``'s is), and a fixed estimate per image."""
     text = "".join(b.text for b in blocks if isinstance(b, TextBlock))
-    return len(get_tokenizer()(text)) + IMAGE_TOKENS * sum(isinstance(b, ImageBlock) for b in blocks)
+    return len((tokenizer or get_tokenizer())(text)) + IMAGE_TOKENS * sum(isinstance(b, ImageBlock) for b in blocks)
 
 
 def merge_text(blocks: Sequence[ContentBlock]) -> List[ContentBlock]:
@@ -158,11 +158,11 @@ def join_blocks(parts: Sequence[Sequence[ContentBlock]]) -> List[ContentBlock]:
     return merge_text(out)
 
 
-def head(content: Sequence[ContentBlock], tokens: int) -> List[ContentBlock]:
+def head(content: Sequence[ContentBlock], tokens: int, tokenizer: Optional[Callable[[str], List[Any]]] = None) -> List[ContentBlock]:
     """The longest start of ``content`` within ``tokens`` (as ``content_tokens`` counts them) that
     ends after a whole line or image: a cut never leaves half a line."""
     units = [piece for block in content for piece in _lines(block)]
-    fits = bisect.bisect_right(range(len(units) + 1), tokens, key=lambda n: content_tokens(units[:n]))
+    fits = bisect.bisect_right(range(len(units) + 1), tokens, key=lambda n: content_tokens(units[:n], tokenizer))
     return merge_text(units[:max(fits - 1, 0)])
 
 

@@ -17,7 +17,7 @@ import base64
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from llama_index.core.base.llms.types import (
     AudioBlock,
@@ -69,6 +69,10 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
     session_id: str | None = Field(default=None, description="Session the flushed rounds are stored under.")
     priority: int = Field(default=1, description="Memory's truncation priority: 1, so recall is cut to fit "
                                                  "Memory's token_limit (0 never cuts it).")
+    tokenizer_fn: Callable[[str], list] | None = Field(
+        default=None, exclude=True,
+        description="Counts tokens when recall is cut: give the Memory's own tokenizer_fn if you gave it one "
+                    "(default: LlamaIndex's global tokenizer, the Memory's default).")
     _retriever: VMemRetriever = PrivateAttr()
     _postprocessor: NeighborRoundPostprocessor = PrivateAttr()
     _deliverer: Deliverer = PrivateAttr()
@@ -96,13 +100,14 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
         return [_inline(b) for b in self._deliverer.deliver(_best_first(nodes))] if nodes else []
 
     async def atruncate(self, content: list[ContentBlock], tokens_to_truncate: int) -> list[ContentBlock] | None:
-        """Whole neighbour blocks go, least relevant first, until ``tokens_to_truncate`` are freed;
-        when the best block alone is too long, its start is kept, cut after a whole line."""
-        budget = content_tokens(content) - tokens_to_truncate
+        """Whole neighbour blocks go, least relevant first, until ``tokens_to_truncate`` (counted as
+        the ``Memory`` counts, by ``tokenizer_fn``) are freed; when the best block alone is too long,
+        its start is kept, cut after a whole line."""
+        budget = content_tokens(content, self.tokenizer_fn) - tokens_to_truncate
         blocks = split_blocks(content)
-        while len(blocks) > 1 and content_tokens(join_blocks(blocks)) > budget:
+        while len(blocks) > 1 and content_tokens(join_blocks(blocks), self.tokenizer_fn) > budget:
             blocks.pop()
-        return head(join_blocks(blocks), budget) or None
+        return head(join_blocks(blocks), budget, self.tokenizer_fn) or None
 
     def _retrieve(self, query: VMemQueryBundle) -> list[NodeWithScore]:
         if not query.query_str and not query.image_path:

@@ -182,6 +182,26 @@ def test_memory_block_keeps_the_start_of_its_best_block_when_that_alone_is_too_l
     assert best[len(cut.text) - 1] == "\n", "cut after a whole line"
 
 
+def test_memory_block_cuts_recall_by_the_memorys_own_tokenizer(make_index, photos):
+    """A ``Memory`` counting with its own ``tokenizer_fn`` (here: characters) asks the block to free
+    that many of *its* tokens; counted by another tokenizer the block frees too few or too many, and
+    ``Memory`` then drops the whole recall. Given the same ``tokenizer_fn``, the best block stays."""
+    from llama_index_vmem.delivery import BLOCK_SEPARATOR
+
+    def characters(text: str) -> list:
+        return list(text)
+
+    index = _memory(make_index, photos)
+    block = VMemMemoryBlock(index=index, tokenizer_fn=characters)
+    question = "Where did I move to?"
+    recalled = asyncio.run(block.aget([ChatMessage(role=MessageRole.USER, content=question)]))
+    best = recalled[0].text.split(BLOCK_SEPARATOR)[0]
+    assert BLOCK_SEPARATOR in recalled[0].text and "I moved to Lisbon." in best
+    memory = Memory.from_defaults(token_limit=len(best) + 10, tokenizer_fn=characters, memory_blocks=[block])
+    [message] = memory.get(input=question)
+    assert "I moved to Lisbon." in message.content and BLOCK_SEPARATOR not in message.content
+
+
 def test_memory_block_recalls_with_the_attached_image(make_index, photos):
     index = _memory(make_index, photos, config=VMemConfig(k=1, neighbor_window=0))  # only the best round
     block = VMemMemoryBlock(index=index, delivery="pixels", image_budget=ImageBudget(max_images=4, max_side=128))
