@@ -47,12 +47,21 @@ logger = logging.getLogger(__name__)
 
 _write_locks: Dict[Tuple[Hashable, str], threading.Lock] = {}
 _write_locks_guard = threading.Lock()
+#: Per stored memory, the highest default number (``D2:n``) of each session seen so far, read under
+#: the memory's write lock; kept so adding a round to a long session reads none of its other rounds.
+_default_numbers: Dict[Tuple[Hashable, str], Dict[str, int]] = {}
 
 
 def _write_lock(store: LaneStore, memory_id: str) -> threading.Lock:
     """One lock per stored memory in this process, shared by every handle open on it."""
     with _write_locks_guard:
         return _write_locks.setdefault((store.identity, memory_id), threading.Lock())
+
+
+def _highest_defaults(store: LaneStore, memory_id: str) -> Dict[str, int]:
+    """The known highest default number of each session of a stored memory (see ``_default_numbers``)."""
+    with _write_locks_guard:
+        return _default_numbers.setdefault((store.identity, memory_id), {})
 
 
 class VMemIndex:
@@ -284,6 +293,10 @@ class VMemIndex:
             except BaseException:
                 self._rollback([p.round_node.node_id for p in parsed], written)
                 raise
+            known = _highest_defaults(self.store, self.memory_id)
+            for p in parsed:
+                if p.session_id in known:
+                    known[p.session_id] = max(known[p.session_id], last_default_number(p.session_id, [p.round_key]))
         logger.info("memory %s: added %d rounds", self.memory_id, len(parsed))
         return [p.round_node for p in parsed]
 
@@ -324,8 +337,7 @@ class VMemIndex:
             for i in pending:
                 session = inputs[i].session_id
                 if session is not None and session not in next_in_session:
-                    taken.update(h.payload[schema.ROUND_KEY] for h in self.store.scroll(Collection.ROUNDS, self.scope(session_id=session)))
-                    next_in_session[session] = last_default_number(session, taken) + 1
+                    next_in_session[session] = max(self._highest_default(session), last_default_number(session, taken)) + 1
                 n = next_in_session[session] if session is not None else first_seq + i
                 while default_round_key(session, n) in taken:
                     n += 1
@@ -336,6 +348,16 @@ class VMemIndex:
             stored = self._stored_keys([keys[i] for i in pending])
             pending = [i for i in pending if keys[i] in stored]
         return [replace(r, round_key=keys[i]) if i in keys else r for i, r in enumerate(inputs)]
+
+    def _highest_default(self, session: str) -> int:
+        """The highest default number the session's stored keys hold: read once per session and
+        process, then kept by every add and dropped by every forget (stored keys that collide are
+        still caught by ``_stored_keys``)."""
+        known = _highest_defaults(self.store, self.memory_id)
+        if session not in known:
+            stored = (h.payload[schema.ROUND_KEY] for h in self.store.scroll(Collection.ROUNDS, self.scope(session_id=session)))
+            known[session] = last_default_number(session, stored)
+        return known[session]
 
     def _stored_keys(self, keys: Sequence[str]) -> set:
         ids = tuple(schema.round_id(self.memory_id, k) for k in keys)
@@ -481,11 +503,13 @@ class VMemIndex:
         if selection.is_everything:
             raise VMemInputError("forget", "name round keys, a session or a time range; forget_all() forgets everything")
         with _write_lock(self.store, self.memory_id):
+            _highest_defaults(self.store, self.memory_id).clear()
             return lifecycle.forget(self, selection)
 
     def forget_all(self) -> int:
         """Forget the whole memory: every point, saved image and delivered copy."""
         with _write_lock(self.store, self.memory_id):
+            _highest_defaults(self.store, self.memory_id).clear()
             return lifecycle.forget(self, Selection())
 
     def export_archive(self, path: Union[str, Path]) -> Path:

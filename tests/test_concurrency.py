@@ -207,3 +207,30 @@ def test_a_slow_url_image_holds_up_no_other_writer_of_the_memory(open_memory, ph
             release.set()
     assert [r.round.metadata["session_id"] for r in index.rounds()] == ["B", "A"]
     assert any(getattr(u, "image_path", None) for u in index.rounds(session_id="A")[0].units)
+
+
+def test_adding_to_a_long_session_reads_none_of_its_rounds_and_handles_agree_on_keys(open_memory):
+    """A chat adds one round at a time to one session, thousands of times: finding the next default
+    key must not read the whole session each time (the add would grow with it). Two handles of the
+    memory share what they know, so they still number one after the other, and a forget still
+    makes the next key follow the highest number left."""
+    first, second = open_memory("chat"), open_memory("chat")
+    first.add_round(user="Hello.", assistant="Hi.", session_id="S")
+    session_reads = []
+    scroll = first.store.scroll
+
+    def counted(collection, scope, *args, **kwargs):
+        if scope.session_id == "S":
+            session_reads.append(collection)
+        return scroll(collection, scope, *args, **kwargs)
+
+    first.store.scroll = counted
+    try:
+        for i in range(4):
+            (first if i % 2 else second).add_round(user=f"Fact {i}.", assistant="Noted.", session_id="S")
+    finally:
+        first.store.scroll = scroll
+    assert session_reads == []
+    assert [r.round.metadata["round_key"] for r in first.rounds(limit=10)] == ["S:1", "S:2", "S:3", "S:4", "S:5"]
+    second.forget(["S:5", "S:4"])
+    assert first.add_round(user="After.", assistant="Ok.", session_id="S").metadata["round_key"] == "S:4"
