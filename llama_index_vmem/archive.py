@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Set, Union
 
 from . import images as image_io
 from . import schema
+from .encoders import same_encoders
 from .encoders.bm25 import Sparse
 from .errors import VMemInputError
 from .store import Collection, LaneDims, PointData
@@ -121,7 +122,7 @@ def _image(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> image
 
 def import_memory(index: "VMemIndex", archive: Archive) -> int:
     """Load ``archive`` into ``index``'s memory, which must be empty; returns the rounds loaded."""
-    if archive.document["encoders"] != index.manifest():
+    if not same_encoders(archive.document["encoders"], index.manifest()):
         raise VMemInputError(f"archive {archive.path}",
                              f"was encoded with {archive.document['encoders']}; this store uses {index.manifest()}")
     if len(index):

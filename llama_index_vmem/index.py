@@ -31,7 +31,7 @@ from . import archive, lifecycle, neighbours
 from . import images as image_io
 from . import schema
 from .config import VMemConfig
-from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedding, image_encoder_id
+from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedding, encoder_id
 from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
 from .lifecycle import Selection, StoredRound, TimeLike
@@ -204,8 +204,8 @@ class VMemIndex:
     def manifest(self) -> Dict[str, Any]:
         return {
             "format": 1,
-            "text_encoder": f"{self.embed_model.class_name()}:{getattr(self.embed_model, 'model_name', '')}",
-            "image_encoder": image_encoder_id(self.image_encoder),
+            "text_encoder": encoder_id(self.embed_model),
+            "image_encoder": encoder_id(self.image_encoder),
             "region_tiles": self.region_tiles,
         }
 

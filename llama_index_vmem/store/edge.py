@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import qdrant_edge as qe
 
 from .. import schema
+from ..encoders import same_encoders
 from ..encoders.bm25 import Sparse
 from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
@@ -50,7 +51,7 @@ class EdgeLaneStore(LaneStore):
             if manifest_path.exists():  # checked for every memory opened, not only the first
                 stored = json.loads(manifest_path.read_text())
                 sizes = stored.pop(SIZES_KEY, None)
-                if stored != manifest:
+                if not same_encoders(stored, manifest):
                     raise ValueError(
                         f"store at {self.path} was built with {stored}; this memory asks for {manifest}"
                     )

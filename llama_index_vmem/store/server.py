@@ -15,6 +15,7 @@ from qdrant_client.local.qdrant_local import QdrantLocal
 from qdrant_client.qdrant_remote import QdrantRemote
 
 from .. import schema
+from ..encoders import same_encoders
 from ..encoders.bm25 import Sparse
 from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
@@ -73,7 +74,7 @@ class ServerLaneStore(LaneStore):
         stored = (info.config.metadata or {}).get(MANIFEST_KEY)
         if stored is None:
             self.client.update_collection(name, metadata={MANIFEST_KEY: manifest})
-        elif stored != manifest:
+        elif not same_encoders(stored, manifest):
             raise ValueError(f"collection {name} was built with {stored}; this memory asks for {manifest}")
 
     def upsert(self, collection: Collection, points: Sequence[PointData]) -> None:
