@@ -55,12 +55,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     photos = photos_dir()
-    work = Path(tempfile.mkdtemp(prefix="vmem-demo-"))
-    crop = work / "cat-crop.png"
-    with Image.open(photos / "chelsea.png") as im:
-        im.crop((0, 0, im.width * 3 // 4, im.height)).save(crop)
-
-    with VMemIndex.from_defaults(path=args.path) as index:
+    with tempfile.TemporaryDirectory(prefix="vmem-demo-") as work, VMemIndex.from_defaults(path=args.path) as index:
+        crop = Path(work) / "cat-crop.png"
+        with Image.open(photos / "chelsea.png") as im:
+            im.crop((0, 0, im.width * 3 // 4, im.height)).save(crop)
         if len(index) == 0:
             index.add_rounds(conversation(photos))
         print(f"memory holds {len(index)} rounds\n")
