@@ -13,12 +13,12 @@ from typing import Any, AsyncGenerator, Dict, List, Optional, Tuple, Union
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, TextBlock
-from llama_index.core.base.response.schema import AsyncStreamingResponse, Response, StreamingResponse
+from llama_index.core.base.response.schema import RESPONSE_TYPE, AsyncStreamingResponse, Response, StreamingResponse
 from llama_index.core.callbacks.schema import CBEventType, EventPayload
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
-from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
 from . import schema
 from .errors import VMemInputError
@@ -26,7 +26,7 @@ from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, conten
 from .messages import local_query
 from .postprocessor import NeighborRoundPostprocessor
 from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, IMAGE_NOTE_PROMPT
-from .retriever import RetrievalResult, VMemRetriever
+from .retriever import RetrievalResult, VMemRetriever, check_query
 
 _NO_DESCRIPTION = "an image (no description was given)"
 #: The variables each prompt is filled with; a replacement must use those it names here.
@@ -91,6 +91,12 @@ class VMemQueryEngine(BaseQueryEngine):
         """The retriever's anchor transforms, one level down (``hypo_caption:hypo_caption_prompt``):
         LlamaIndex's ``update_prompts`` splits a key at one colon, so deeper keys could be read, not set."""
         return self.retriever._get_prompt_modules()
+
+    def query(self, str_or_query_bundle: QueryType) -> RESPONSE_TYPE:
+        return super().query(check_query(str_or_query_bundle))
+
+    async def aquery(self, str_or_query_bundle: QueryType) -> RESPONSE_TYPE:
+        return await super().aquery(check_query(str_or_query_bundle))
 
     def retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         return self.postprocessor.postprocess_nodes(self.retriever.retrieve(query_bundle), query_bundle)

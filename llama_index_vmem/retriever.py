@@ -68,6 +68,14 @@ class RetrievalResult:
         return sum(a.seconds for a in self.anchors.values())
 
 
+def check_query(query: Any) -> QueryType:
+    """``query`` if it is a string or a ``QueryBundle``: anything else is refused before LlamaIndex's
+    events see it, which would fail on it with a validation or attribute error naming no query."""
+    if not isinstance(query, (str, QueryBundle)):
+        raise VMemInputError("query", f"must be text or a QueryBundle, got {type(query).__name__}")
+    return query
+
+
 class VMemRetriever(BaseRetriever):
     """Modality-routed retrieval over one memory of a ``VMemIndex``."""
 
@@ -101,6 +109,12 @@ class VMemRetriever(BaseRetriever):
 
     # -- BaseRetriever ------------------------------------------------------------------------
 
+    def retrieve(self, str_or_query_bundle: QueryType) -> List[NodeWithScore]:
+        return super().retrieve(check_query(str_or_query_bundle))
+
+    async def aretrieve(self, str_or_query_bundle: QueryType) -> List[NodeWithScore]:
+        return await super().aretrieve(check_query(str_or_query_bundle))
+
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         return self._plan_and_rank(query_bundle).nodes
 
@@ -117,6 +131,7 @@ class VMemRetriever(BaseRetriever):
         """Retrieve, returning the route plan and anchors too; ``VMemConfig`` fields override per query.
         Tracing sees it as it sees ``retrieve``: the same callback and instrumentation events."""
         self._check_callback_manager()
+        check_query(query_bundle)
         dispatcher.event(RetrievalStartEvent(str_or_query_bundle=query_bundle))
         with self.callback_manager.as_trace("query"):
             with self.callback_manager.event(

@@ -4,6 +4,7 @@ import asyncio
 import re
 
 import pytest
+from llama_index.core.llms import MockLLM
 from llama_index.core.prompts import PromptTemplate
 
 from llama_index_vmem import VMemInputError, VMemQueryBundle
@@ -336,3 +337,21 @@ def test_a_streamed_answer_is_stripped_as_the_whole_answer_is(make_index, photos
     assert "".join(deltas) == "".join(async_deltas) == whole == "The answer is \nLisbon."
     assert all(deltas) and all(async_deltas), "no empty deltas"
     assert llm.calls == ["chat", "stream_chat", "astream_chat"]
+
+
+@pytest.mark.parametrize("call", [
+    lambda index: index.as_retriever().retrieve(None),
+    lambda index: index.as_retriever().retrieve(b"cat"),
+    lambda index: asyncio.run(index.as_retriever().aretrieve(None)),
+    lambda index: index.as_retriever().retrieve_with_plan(123),
+    lambda index: index.as_query_engine(llm=MockLLM()).query(None),
+    lambda index: asyncio.run(index.as_query_engine(llm=MockLLM()).aquery(b"cat")),
+], ids=["retrieve_none", "retrieve_bytes", "aretrieve_none", "retrieve_with_plan_int", "query_none", "aquery_bytes"])
+def test_a_query_that_is_neither_text_nor_a_query_bundle_is_refused_by_name(make_index, photos, call):
+    """LlamaIndex's retrieval and query events would fail on it first, with a pydantic or attribute
+    error that names no query."""
+    index = _memory(make_index, photos)
+    with pytest.raises(VMemInputError, match="must be text or a QueryBundle") as caught:
+        call(index)
+    assert caught.value.item == "query"
+    assert len(index) == 3
