@@ -207,10 +207,14 @@ async def _adeltas(stream: AsyncGenerator[ChatResponse, None]) -> AsyncGenerator
 def _check_prompt(key: str, prompt: BasePromptTemplate) -> None:
     """Refuse a prompt the engine would send half-filled: one without the variables it fills (a
     stock ``{context_str}`` prompt), or with ``{context}`` twice (the context, images and all, goes
-    in one place)."""
-    missing = [v for v in _PROMPT_VARIABLES[key] if v not in prompt.template_vars]
+    in one place). The prompt is filled as the engine fills it, so a variable named through
+    ``template_var_mappings`` counts under the engine's name."""
+    required = _PROMPT_VARIABLES[key]
+    sentinels = {v: f"\x00vmem-{v}\x00" for v in required}
+    text = prompt.format(**sentinels)
+    missing = [v for v in required if sentinels[v] not in text]
     if missing:
         raise VMemInputError(f"prompt {key}", f"must use {', '.join('{' + v + '}' for v in missing)}; "
                                               f"it uses {prompt.template_vars}")
-    if "context" in _PROMPT_VARIABLES[key] and prompt.get_template().count("{context}") != 1:
+    if "context" in required and text.count(sentinels["context"]) != 1:
         raise VMemInputError(f"prompt {key}", "must use {context} once: the delivered context goes there")

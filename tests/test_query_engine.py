@@ -153,6 +153,20 @@ def test_a_prompt_the_engine_would_send_half_filled_is_refused(make_index, photo
     assert engine.get_prompts()["answer_prompt"].get_template() == ANSWER_PROMPT.get_template(), "the prompt in use stays"
 
 
+def test_a_prompt_naming_the_variables_through_template_var_mappings_is_accepted_and_filled(make_index, photos, scripted_llm):
+    """``template_var_mappings`` is LlamaIndex's way to reuse a prompt written for other variable names:
+    the engine fills ``context`` and ``question``, which the mapping sends to ``{context_str}`` and ``{query_str}``."""
+    llm = scripted_llm(default="Mochi")
+    engine = _memory(make_index, photos).as_query_engine(llm=llm, delivery="text")
+    engine.update_prompts({"answer_prompt": PromptTemplate("Context:\n{context_str}\n\nQuestion: {query_str}\nAnswer:",
+                                                           template_var_mappings={"context": "context_str", "question": "query_str"})})
+    engine.query("What is my cat called?")
+    assert llm.prompts[-1].startswith("Context:\n[seen 2024-06-17, session D1, rounds D1:1 to D1:2]")
+    assert llm.prompts[-1].endswith("Question: What is my cat called?\nAnswer:")
+    with pytest.raises(VMemInputError, match=re.escape("must use {context} once")):
+        engine.update_prompts({"answer_prompt": PromptTemplate("{ctx}\n{question}\n{ctx}", template_var_mappings={"context": "ctx"})})
+
+
 def test_anchor_is_cached_for_the_same_input(make_index, photos, scripted_llm):
     llm = scripted_llm(default="a tabby cat lying on a blanket")
     retriever = _memory(make_index, photos).as_retriever(llm=llm)
