@@ -20,7 +20,7 @@ from llama_index.core.callbacks.schema import CBEventType, EventPayload
 from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent, RetrievalStartEvent
 from llama_index.core.llms import LLM
 from llama_index.core.prompts.mixin import PromptMixinType
-from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
+from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, QueryType, TextNode
 
 from . import neighbours, schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
@@ -38,6 +38,17 @@ dispatcher = instrument.get_dispatcher(__name__)
 
 #: Metadata key under which each returned node explains itself.
 EXPLAIN_KEY = "vmem"
+
+
+class ExplainedNode(TextNode):
+    """A returned round (or text unit) with its explanation: hashed as the stored node is, without
+    it. LlamaIndex's fusion (``QueryFusionRetriever``) merges nodes by ``hash``, and the explanation
+    differs per query, so a round found by two queries would count as two rounds. It serializes as
+    a ``TextNode``."""
+
+    @property
+    def hash(self) -> str:
+        return TextNode(text=self.text, metadata={k: v for k, v in self.metadata.items() if k != EXPLAIN_KEY}).hash
 
 
 @dataclass(frozen=True)
@@ -227,6 +238,8 @@ class VMemRetriever(BaseRetriever):
         anchor_info = {a.value: {"text": v.text, "source": v.source} for a, v in anchors.items()}
 
         def explained(node: Any, fused: Fused) -> NodeWithScore:
+            if not isinstance(node, ImageNode):  # an image's hash leaves its metadata out already
+                node = ExplainedNode(**node.__dict__)
             node.metadata[EXPLAIN_KEY] = {
                 "case": plan.case.value,
                 "anchors": anchor_info,

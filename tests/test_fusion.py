@@ -38,3 +38,33 @@ def test_rrf_ties_exactly_when_two_rounds_hold_the_same_ranks_in_another_order()
     top = rrf(rankings, kappa=60)[:2]
     assert [(f.id, f.ranks) for f in top] == [("X", {"a": 1, "b": 7, "c": 2}), ("Y", {"a": 2, "b": 1, "c": 7})]
     assert top[0].score == top[1].score
+
+
+def test_llamaindex_query_fusion_merges_a_round_found_by_several_queries(make_index, scripted_llm):
+    """``QueryFusionRetriever`` merges nodes by ``hash``: the per-query explanation in
+    ``metadata["vmem"]`` must not make the same stored round a different node for each query."""
+    import pickle
+
+    from llama_index.core.retrievers import QueryFusionRetriever
+    from llama_index.core.schema import MetadataMode, TextNode
+
+    index = make_index()
+    index.add_rounds([{"user": u, "assistant": "Noted.", "session_id": "D1"} for u in (
+        "My cat is called Mochi, a tabby.", "I moved to Lisbon last spring.", "My favourite food is ramen.")])
+    first, second = "cat Mochi tabby or Lisbon spring", "ramen food or Lisbon spring"
+    retriever = index.as_retriever(k=3)
+    ranks = [{n.node.node_id: rank for rank, n in enumerate(retriever.retrieve(q))} for q in (first, second)]
+    fusion = QueryFusionRetriever([retriever], llm=scripted_llm(default=second), num_queries=2,
+                                  mode="reciprocal_rerank", similarity_top_k=10)
+    fused = fusion.retrieve(first)
+    assert len(fused) == 3 and len({n.node.node_id for n in fused}) == 3
+    for n in fused:
+        assert abs(n.score - sum(1 / (60 + r[n.node.node_id]) for r in ranks)) < 1e-12
+    node = fused[0].node
+    assert node.metadata["vmem"]["case"] == "text->text", "the explanation stays with the node"
+    stored = TextNode(text=node.text, metadata={k: v for k, v in node.metadata.items() if k != "vmem"})
+    assert node.hash == stored.hash
+    for mode in (MetadataMode.LLM, MetadataMode.EMBED):
+        assert node.get_content(mode) == node.text
+    assert pickle.loads(pickle.dumps(fused[0])).node.metadata == node.metadata
+    assert TextNode.from_json(node.to_json()).metadata == node.metadata
