@@ -262,10 +262,14 @@ class VMemRetriever(BaseRetriever):
         if plan.return_images:
             images = self._index.images_near([rounds[r.id] for r in top if r.id in rounds], plan.image_filter_window or 0)
         out: List[NodeWithScore] = []
+        listed: Set[str] = set()
         for fused in top:
             node = rounds.get(fused.id)
             if node is None:  # a round whose write never finished is not part of the memory
                 continue
             out.append(explained(node, fused))
-            out.extend(NodeWithScore(node=img, score=fused.score) for img in images.get(fused.id, []))
+            for img in images.get(fused.id, []):
+                if img.node_id not in listed:  # a picture that several rounds return follows the best of them
+                    listed.add(img.node_id)
+                    out.append(NodeWithScore(node=img, score=fused.score))
         return out

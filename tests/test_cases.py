@@ -237,7 +237,7 @@ def test_image_round_filter_stops_at_the_session_edge(make_index, photos):
                       _round("D2:1", "Here it is.", "Lovely.", _bike_photo(photos, "D2:IMG_001")), _round("D2:2", *WEATHER)])
     keys, images = _ask_for_the_bicycle(index)
     assert "D1:2" not in keys and set(keys) == {"D2:1", "D2:2"}
-    assert images == {"D2:1": ["D2:IMG_001"], "D2:2": ["D2:IMG_001"]}
+    assert images == {keys[0]: ["D2:IMG_001"]}  # both rounds return it: it is listed once, after the better one
 
 
 def test_image_round_filter_reaches_across_a_forgotten_round(make_index, photos):

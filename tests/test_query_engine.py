@@ -167,6 +167,26 @@ def test_a_prompt_naming_the_variables_through_template_var_mappings_is_accepted
         engine.update_prompts({"answer_prompt": PromptTemplate("{ctx}\n{question}\n{ctx}", template_var_mappings={"context": "ctx"})})
 
 
+@pytest.mark.parametrize("delivery", ["text", "pixels"])
+def test_an_image_several_retrieved_rounds_return_is_listed_once_after_the_best_of_them(make_index, photos, scripted_llm, delivery):
+    """A round without a picture returns its neighbours' (Appendix B): with those neighbours retrieved
+    too, their pictures were listed once per round in the nodes and in the answer's sources."""
+    index = make_index()
+    index.add_rounds([
+        {"user": "Here is my new cat!", "assistant": "A tabby!", "session_id": "D1",
+         "images": [{"image_id": "D1:IMG_001", "path": str(photos["chelsea"]), "caption": "a tabby cat lying down"}]},
+        {"user": "Her name is Mochi.", "assistant": "Lovely name.", "session_id": "D1"},
+        {"user": "My morning coffee", "assistant": "Looks strong.", "session_id": "D1",
+         "images": [{"image_id": "D1:IMG_002", "path": str(photos["coffee"]), "caption": "a cup of coffee on a saucer"}]},
+    ])
+    question = "show me the photo of Mochi"
+    result = index.as_retriever(k=3).retrieve_with_plan(question)
+    listed = [n.node.metadata.get("image_id") or n.node.metadata["round_key"] for n in result.nodes]
+    assert listed == ["D1:2", "D1:IMG_001", "D1:IMG_002", "D1:1", "D1:3"]
+    response = index.as_query_engine(llm=scripted_llm(default="D1:IMG_001"), delivery=delivery, k=3).query(question)
+    assert [n.node.metadata.get("image_id") for n in response.source_nodes] == [None, "D1:IMG_001", "D1:IMG_002"]
+
+
 def test_anchor_is_cached_for_the_same_input(make_index, photos, scripted_llm):
     llm = scripted_llm(default="a tabby cat lying on a blanket")
     retriever = _memory(make_index, photos).as_retriever(llm=llm)
