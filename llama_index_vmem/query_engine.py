@@ -16,7 +16,7 @@ from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageR
 from llama_index.core.base.response.schema import RESPONSE_TYPE, AsyncStreamingResponse, Response, StreamingResponse
 from llama_index.core.callbacks.schema import CBEventType, EventPayload
 from llama_index.core.llms import LLM
-from llama_index.core.prompts import BasePromptTemplate
+from llama_index.core.prompts import BasePromptTemplate, ChatPromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
@@ -207,8 +207,12 @@ async def _adeltas(stream: AsyncGenerator[ChatResponse, None]) -> AsyncGenerator
 def _check_prompt(key: str, prompt: BasePromptTemplate) -> None:
     """Refuse a prompt the engine would send half-filled: one without the variables it fills (a
     stock ``{context_str}`` prompt), or with ``{context}`` twice (the context, images and all, goes
-    in one place). The prompt is filled as the engine fills it, so a variable named through
+    in one place), or a chat template (it would reach the model as one user message, its roles as
+    text). The prompt is filled as the engine fills it, so a variable named through
     ``template_var_mappings`` counts under the engine's name."""
+    if isinstance(prompt, ChatPromptTemplate):
+        raise VMemInputError(f"prompt {key}", "must be a text template (PromptTemplate), not a ChatPromptTemplate: "
+                                              "the prompt is sent as one user message; give a system prompt to the LLM")
     required = _PROMPT_VARIABLES[key]
     sentinels = {v: f"\x00vmem-{v}\x00" for v in required}
     text = prompt.format(**sentinels)

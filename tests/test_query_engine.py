@@ -153,6 +153,21 @@ def test_a_prompt_the_engine_would_send_half_filled_is_refused(make_index, photo
     assert engine.get_prompts()["answer_prompt"].get_template() == ANSWER_PROMPT.get_template(), "the prompt in use stays"
 
 
+def test_a_chat_prompt_template_is_refused_not_flattened_into_one_user_message(make_index, photos, scripted_llm):
+    """The answer goes as one user message, so a ChatPromptTemplate's system message would reach the
+    model as user text prefixed "system:"."""
+    from llama_index.core.prompts import ChatPromptTemplate
+
+    engine = _memory(make_index, photos).as_query_engine(llm=scripted_llm(default="ok"))
+    chat = ChatPromptTemplate.from_messages([("system", "You are Ada. Answer in French."),
+                                             ("user", "Context:\n{context}\n\nQuestion: {question}")])
+    for key in ("answer_prompt", "image_note_prompt"):
+        with pytest.raises(VMemInputError, match="not a ChatPromptTemplate") as caught:
+            engine.update_prompts({key: chat})
+        assert caught.value.item == f"prompt {key}"
+    assert engine.get_prompts()["answer_prompt"].get_template() == ANSWER_PROMPT.get_template(), "the prompt in use stays"
+
+
 def test_a_prompt_naming_the_variables_through_template_var_mappings_is_accepted_and_filled(make_index, photos, scripted_llm):
     """``template_var_mappings`` is LlamaIndex's way to reuse a prompt written for other variable names:
     the engine fills ``context`` and ``question``, which the mapping sends to ``{context_str}`` and ``{query_str}``."""
