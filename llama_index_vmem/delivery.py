@@ -32,6 +32,7 @@ from PIL import Image, ImageDraw, ImageFont
 from pydantic import PrivateAttr
 
 from . import schema
+from .errors import VMemInputError
 from .images import open_rgb, write_atomically
 from .messages import local_query
 from .postprocessor import BLOCK_ROUND_IDS, NeighborRoundPostprocessor, is_own, splice
@@ -70,6 +71,13 @@ class ImageBudget:
 
     max_images: int = 8
     max_side: int = 1024
+
+    def __post_init__(self) -> None:
+        """Checked here, not at answer time: a bad value would fail only then, or lift the cap."""
+        for name, least in (("max_images", 0), ("max_side", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise VMemInputError("image_budget", f"'{name}' must be a whole number >= {least}, got {value!r}")
 
 
 #: Tokens an image is counted as (LlamaIndex ``Memory``'s ``image_token_size_estimate`` default).
@@ -244,6 +252,8 @@ class Deliverer:
     def __init__(self, index: "VMemIndex", mode: DeliveryMode = DeliveryMode.TEXT, budget: Optional[ImageBudget] = None,
                  cache_dir: Optional[Path] = None) -> None:
         self.index = index
+        if budget is not None and not isinstance(budget, ImageBudget):
+            raise VMemInputError("image_budget", f"must be an ImageBudget, got {type(budget).__name__}")
         self.mode = DeliveryMode(mode)
         self.budget = budget or ImageBudget()
         self.cache_dir = Path(cache_dir) if cache_dir else index.delivered_dir
@@ -310,7 +320,7 @@ class Deliverer:
         shown: Dict[str, Path] = {}
         unreadable: Set[str] = set()
         for key, img in images.items():
-            if len(shown) == self.budget.max_images:
+            if len(shown) >= self.budget.max_images:
                 break
             image_id = img.metadata[schema.IMAGE_ID]
             try:

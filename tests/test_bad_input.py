@@ -28,7 +28,7 @@ from llama_index.core.llms import MockLLM
 from PIL import Image
 
 import llama_index_vmem.images as image_io
-from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle
+from llama_index_vmem import ImageBudget, VMemIndex, VMemInputError, VMemQueryBundle
 from llama_index_vmem import schema
 
 COFFEE_ROUND = {
@@ -645,3 +645,23 @@ def test_a_query_of_an_image_alone_is_not_empty(memory, photos, scripted_llm, wo
     llm = scripted_llm(default="Your espresso.")
     assert str(memory.as_query_engine(llm=llm, delivery="text").query(query)) == "Your espresso."
     assert "QUESTION: \n" in llm.prompts[-1] and "None" not in llm.prompts[-1]
+
+
+@pytest.mark.parametrize("budget, words", [
+    (dict(max_side=0), "'max_side' must be a whole number >= 1"), (dict(max_side=-5), "'max_side' must be a whole number >= 1"),
+    (dict(max_side="big"), "'max_side' must be a whole number"), (dict(max_images=-1), "'max_images' must be a whole number >= 0"),
+    (dict(max_images=2.5), "'max_images' must be a whole number"), (dict(max_images=True), "'max_images' must be a whole number"),
+], ids=["side_zero", "side_negative", "side_str", "images_negative", "images_float", "images_bool"])
+def test_an_image_budget_that_would_fail_at_answer_time_or_lift_the_cap_is_refused_when_made(budget, words):
+    """A bad budget failed only when an answer was delivered (division by zero, a bare TypeError),
+    and ``max_images=-1`` silently delivered every image."""
+    with pytest.raises(VMemInputError) as caught:
+        ImageBudget(**budget)
+    assert caught.value.item == "image_budget" and words in caught.value.problem
+
+
+def test_an_image_budget_that_is_not_an_image_budget_is_refused_when_the_engine_is_made(memory):
+    """``image_budget=5`` was taken, then failed each answer with an AttributeError."""
+    err = rejected(memory, lambda: memory.as_query_engine(llm=MockLLM(), delivery="pixels", image_budget=5), item="image_budget")
+    assert "must be an ImageBudget, got int" in err.problem
+
