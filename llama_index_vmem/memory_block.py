@@ -36,10 +36,10 @@ from .delivery import Deliverer, DeliveryMode, ImageBudget, block_groups, conten
 from .errors import VMemInputError
 from .index import VMemIndex
 from .messages import attached_image, message_text, query_from_message, today
-from .node_parser import ASSISTANT_ROLES
+from .node_parser import ASSISTANT_ROLES, optional_str
 from .postprocessor import NeighborRoundPostprocessor
 from .retriever import VMemRetriever
-from .schema import VMemQueryBundle, visible
+from .schema import VMemQueryBundle, is_utf8, visible
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +76,14 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
     _retriever: VMemRetriever = PrivateAttr()
     _postprocessor: NeighborRoundPostprocessor = PrivateAttr()
     _deliverer: Deliverer = PrivateAttr()
+
+    def __init__(self, **data: Any) -> None:
+        """A ``session_id`` that ``add_messages`` refuses is refused here, as ``VMemInputError`` (pydantic
+        would wrap it): taken, it would drop every flushed exchange with only a warning."""
+        session_id = optional_str("session_id", "session_id", data.get("session_id"), empty_ok=False)
+        if session_id is not None and not is_utf8(session_id):
+            raise VMemInputError("session_id", "is not valid UTF-8 text (it holds a lone surrogate)")
+        super().__init__(**{**data, "session_id": session_id})
 
     def model_post_init(self, context: Any, /) -> None:
         self._retriever = self.index.as_retriever(llm=self.llm or self.index.llm)

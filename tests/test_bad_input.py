@@ -28,7 +28,7 @@ from llama_index.core.llms import MockLLM
 from PIL import Image
 
 import llama_index_vmem.images as image_io
-from llama_index_vmem import ImageBudget, VMemIndex, VMemInputError, VMemQueryBundle
+from llama_index_vmem import ImageBudget, VMemIndex, VMemInputError, VMemMemoryBlock, VMemQueryBundle
 from llama_index_vmem import schema
 
 COFFEE_ROUND = {
@@ -665,3 +665,16 @@ def test_an_image_budget_that_is_not_an_image_budget_is_refused_when_the_engine_
     err = rejected(memory, lambda: memory.as_query_engine(llm=MockLLM(), delivery="pixels", image_budget=5), item="image_budget")
     assert "must be an ImageBudget, got int" in err.problem
 
+
+@pytest.mark.parametrize("session_id, words", [
+    ("   ", "must have a visible character"), ("", "must have a visible character"), ("chat\ud800", "not valid UTF-8"),
+], ids=["blank", "empty", "lone_surrogate"])
+def test_a_memory_block_refuses_a_session_id_add_messages_would_refuse(memory, session_id, words):
+    """The block was made, then every exchange the ``Memory`` flushed to it was dropped with only a warning."""
+    err = rejected(memory, lambda: VMemMemoryBlock(index=memory, session_id=session_id), item="session_id")
+    assert words in err.problem
+
+
+def test_a_memory_block_takes_a_session_id_as_add_messages_does(memory):
+    block = VMemMemoryBlock(index=memory, session_id=7)
+    assert block.session_id == "7"
