@@ -119,6 +119,10 @@ def read_source(
 def _read_file(item: str, path: Path, fence: Optional[Fence]) -> bytes:
     if "\x00" in str(path):
         raise VMemInputError(item, f"image path {str(path)!r} contains NUL")
+    try:
+        os.fsencode(path)  # a lone surrogate no file name decodes to: every OS call on it raises UnicodeEncodeError
+    except UnicodeEncodeError:
+        raise VMemInputError(item, f"image path {str(path)!r} names no file (it holds a lone surrogate)") from None
     if fence is not None:
         fence.check(item, path)
     try:

@@ -678,3 +678,22 @@ def test_a_memory_block_refuses_a_session_id_add_messages_would_refuse(memory, s
 def test_a_memory_block_takes_a_session_id_as_add_messages_does(memory):
     block = VMemMemoryBlock(index=memory, session_id=7)
     assert block.session_id == "7"
+
+
+@pytest.mark.parametrize("call, item", [
+    (lambda m, bad: m.add_round(user="look", images=[{"image_id": "P", "path": bad}], round_key="K1"), "round K1 image P"),
+    (lambda m, bad: m.add_round(user="look", images=[{"image_id": "P", "url": "file://" + bad}], round_key="K1"), "round K1 image P"),
+    (lambda m, bad: m.as_retriever().retrieve(VMemQueryBundle("which photo is this?", image_path=bad)), "query image"),
+], ids=["round_path", "round_file_url", "query_image"])
+def test_an_image_path_with_a_lone_surrogate_is_refused_by_name(memory, tmp_path, call, item):
+    """No file name decodes to a lone surrogate such as \\ud800: every OS call on it raised a bare UnicodeEncodeError."""
+    err = rejected(memory, lambda: call(memory, f"{tmp_path}/photo\ud800.png"), item=item)
+    assert "lone surrogate" in err.problem
+
+
+def test_an_image_file_whose_name_is_not_utf8_is_still_read(memory, photos, tmp_path):
+    """A name of other bytes than UTF-8 decodes to escaped surrogates (\\udce9), and is a file like any other."""
+    name = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.png")
+    Path(name).write_bytes(Path(photos["coffee"]).read_bytes())
+    node = memory.add_round(user="look", images=[{"image_id": "P", "path": name}], round_key="K1")
+    assert node.metadata[schema.IMAGE_IDS] == ["P"]
