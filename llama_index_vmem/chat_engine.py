@@ -13,6 +13,7 @@ the engine's delivery mode (text, or labelled pixels), so a text-only model is n
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import replace
 from itertools import takewhile
 from typing import Any
@@ -142,7 +143,7 @@ class VMemChatEngine(BaseChatEngine):
         self,
         message: str | ChatMessage,
         chat_history: list[ChatMessage] | None = None,
-        image_path: str | None = None,
+        image_path: str | os.PathLike | None = None,
         image_caption: str | None = None,
     ) -> AgentChatResponse:
         user = _user_message(message, image_path, image_caption)
@@ -159,7 +160,7 @@ class VMemChatEngine(BaseChatEngine):
         self,
         message: str | ChatMessage,
         chat_history: list[ChatMessage] | None = None,
-        image_path: str | None = None,
+        image_path: str | os.PathLike | None = None,
         image_caption: str | None = None,
     ) -> AgentChatResponse:
         user = _user_message(message, image_path, image_caption)
@@ -176,7 +177,7 @@ class VMemChatEngine(BaseChatEngine):
         self,
         message: str | ChatMessage,
         chat_history: list[ChatMessage] | None = None,
-        image_path: str | None = None,
+        image_path: str | os.PathLike | None = None,
         image_caption: str | None = None,
     ) -> StreamingAgentChatResponse:
         """The exchange is written (history and memory) when the stream ends, whether or not the
@@ -204,7 +205,7 @@ class VMemChatEngine(BaseChatEngine):
         self,
         message: str | ChatMessage,
         chat_history: list[ChatMessage] | None = None,
-        image_path: str | None = None,
+        image_path: str | os.PathLike | None = None,
         image_caption: str | None = None,
     ) -> StreamingAgentChatResponse:
         """The exchange is written (history and memory) when the stream ends, whether or not the
@@ -228,7 +229,7 @@ class VMemChatEngine(BaseChatEngine):
         return response
 
 
-def _user_message(message: str | ChatMessage, image_path: str | None, image_caption: str | None) -> ChatMessage:
+def _user_message(message: str | ChatMessage, image_path: str | os.PathLike | None, image_caption: str | None) -> ChatMessage:
     """The user's turn as one message: ``image_path`` becomes its ``ImageBlock``, ``image_caption`` that
     image's caption, as ``add_messages`` reads them."""
     if isinstance(message, ChatMessage):
@@ -237,6 +238,8 @@ def _user_message(message: str | ChatMessage, image_path: str | None, image_capt
         user = ChatMessage(role=MessageRole.USER, content=message)
     attached = any(isinstance(b, ImageBlock) for b in user.blocks)
     if image_path is not None:
+        if not isinstance(image_path, (str, os.PathLike)):
+            raise VMemInputError("image_path", f"must be a str path or URL, or a path, got {type(image_path).__name__}")
         if attached:
             raise VMemInputError("image_path", "the message already has an ImageBlock; attach the image one way")
         try:

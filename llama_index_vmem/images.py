@@ -188,9 +188,9 @@ def _readable_formats() -> List[str]:
     return [f for f in FORMATS if f in Image.OPEN]
 
 
-def is_url(image: str) -> bool:
-    """A URL (``scheme:...``) rather than a local path; an existing file always counts as a path."""
-    if not re.match(r"^[a-z][a-z0-9+.-]*:", image, re.IGNORECASE):
+def is_url(image: Union[str, os.PathLike]) -> bool:
+    """A URL (``scheme:...``) rather than a local path; a ``Path`` and an existing file always count as paths."""
+    if not isinstance(image, str) or not re.match(r"^[a-z][a-z0-9+.-]*:", image, re.IGNORECASE):
         return False
     try:
         return not Path(image).exists()

@@ -7,6 +7,7 @@ that knows how one becomes the other, so a payload key is renamed here or nowher
 
 from __future__ import annotations
 
+import os
 import unicodedata
 import uuid
 from dataclasses import dataclass, replace
@@ -20,6 +21,8 @@ from llama_index.core.schema import (
     RelatedNodeInfo,
     TextNode,
 )
+
+from .errors import VMemInputError
 
 # Payload keys (points of every lane and of the round store).
 MEMORY_ID = "memory_id"
@@ -146,9 +149,12 @@ class VMemQueryBundle(QueryBundle):
 
 def as_query(query: Union[str, QueryBundle]) -> QueryBundle:
     """A query as retrieval and answering read it: a string becomes a ``QueryBundle``, and an image
-    asked about in no words (``query_str=None``) asks with empty text, not the text "None"."""
+    asked about in no words (``query_str=None``) asks with empty text, not the text "None". An
+    ``image_path`` of another type is refused here: read as text, 123 was a missing file "123"."""
     if isinstance(query, str):
         return QueryBundle(query)
+    if query.image_path is not None and not isinstance(query.image_path, (str, os.PathLike)):
+        raise VMemInputError("query image", f"image_path must be a str path or URL, or a path, got {type(query.image_path).__name__}")
     return replace(query, query_str="") if query.query_str is None else query
 
 

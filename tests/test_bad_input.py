@@ -697,3 +697,28 @@ def test_an_image_file_whose_name_is_not_utf8_is_still_read(memory, photos, tmp_
     Path(name).write_bytes(Path(photos["coffee"]).read_bytes())
     node = memory.add_round(user="look", images=[{"image_id": "P", "path": name}], round_key="K1")
     assert node.metadata[schema.IMAGE_IDS] == ["P"]
+
+
+def test_a_pathlib_path_attaches_an_image_wherever_a_path_string_does(memory, photos, scripted_llm):
+    """The retriever took a ``Path`` as the query image; the query and chat engines failed on it with a TypeError."""
+    photo = Path(photos["coffee"])
+    assert isinstance(photo, Path)
+    query = VMemQueryBundle("Which photo is this?", image_path=photo)
+    found = [n.node.node_id for n in memory.as_retriever().retrieve(query)]
+    assert found == [n.node.node_id for n in memory.as_retriever().retrieve(VMemQueryBundle(query.query_str, image_path=str(photo)))]
+    llm = scripted_llm(default="Your espresso.")
+    assert str(memory.as_query_engine(llm=llm, delivery="pixels").query(query)) == "Your espresso."
+    assert "[attached image: the user's ATTACHED picture]" in llm.prompts[-1]
+    assert str(memory.as_chat_engine(llm=llm, delivery="text").chat("Which photo is this?", image_path=photo)) == "Your espresso."
+    assert len(memory) == 3 and len(memory.rounds()[-1].round.metadata[schema.IMAGE_IDS]) == 1
+
+
+@pytest.mark.parametrize("call, item", [
+    (lambda m: m.as_retriever().retrieve(VMemQueryBundle("What is this?", image_path=123)), "query image"),
+    (lambda m: m.as_query_engine(llm=MockLLM(), delivery="text").query(VMemQueryBundle("What is this?", image_path=123)), "query image"),
+    (lambda m: m.as_chat_engine(llm=MockLLM(), delivery="text").chat("What is this?", image_path=123), "image_path"),
+], ids=["retriever", "query_engine", "chat_engine"])
+def test_an_attached_image_that_is_neither_a_path_nor_a_url_is_refused_by_type(memory, call, item):
+    """123 was read as the missing file "123", or failed with a TypeError."""
+    err = rejected(memory, lambda: call(memory), item=item)
+    assert "got int" in err.problem
