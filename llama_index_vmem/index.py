@@ -226,7 +226,7 @@ class VMemIndex:
         audio: Optional[Sequence[str]] = None,
     ) -> TextNode:
         """Append one round; returns its round node."""
-        data = {"user": user, "assistant": assistant, "images": images or [], "audio": audio or [],
+        data = {"user": user, "assistant": assistant, "images": images, "audio": audio,
                 "session_id": session_id, "timestamp": timestamp, "round_key": round_key}
         return self.add_rounds([data])[0]
 

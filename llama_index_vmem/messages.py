@@ -15,7 +15,7 @@ from llama_index.core.base.llms.types import AudioBlock, ChatMessage, ImageBlock
 from llama_index.core.schema import QueryBundle
 
 from . import images as image_io
-from .node_parser import message_extra, optional_str
+from .node_parser import message_extra, optional_text
 from .schema import VMemQueryBundle, visible
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def query_from_message(index: VMemIndex, message: ChatMessage) -> VMemQueryBundl
     if block is None:
         return VMemQueryBundle(message_text(message))
     captions = message_extra("message", message, "image_captions") or [None]
-    caption = optional_str("message", "image caption", captions[0])
+    caption = optional_text("message", "image caption", captions[0])
     return VMemQueryBundle(message_text(message), image_path=_local_image(index, block), image_caption=caption)
 
 

@@ -115,7 +115,7 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
     for key in ("user", "assistant"):
         if not isinstance(data.get(key, ""), str):
             raise VMemInputError(item, f"'{key}' must be a string, got {type(data[key]).__name__}")
-    raw_images = data.get("images") or []
+    raw_images = [] if data.get("images") is None else data["images"]  # not `or`: an array has no truth value
     if not isinstance(raw_images, (list, tuple)):
         raise VMemInputError(item, "'images' must be a list of dicts")
     parsed_images = []
@@ -126,9 +126,7 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
         extra = set(img) - {"image_id", "path", "bytes", "url", "caption", "role"}
         if extra:
             raise VMemInputError(name, f"unknown image fields {sorted(extra, key=repr)}")
-        caption = img.get("caption")
-        if caption is not None and not isinstance(caption, str):
-            raise VMemInputError(name, f"'caption' must be a string, got {type(caption).__name__}")
+        caption = optional_text(name, "caption", img.get("caption"))
         role = img.get("role", schema.Role.USER.value)
         if role not in (schema.Role.USER.value, schema.Role.ASSISTANT.value):
             raise VMemInputError(name, f"'role' must be 'user' or 'assistant', got {role!r}")
@@ -142,7 +140,7 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
                 caption=caption,
             )
         )
-    audio = data.get("audio") or []
+    audio = [] if data.get("audio") is None else data["audio"]
     if not isinstance(audio, (list, tuple)) or not all(isinstance(a, str) for a in audio):
         raise VMemInputError(item, "'audio' must be a list of transcript strings")
     return RoundInput(
@@ -168,6 +166,13 @@ def optional_str(item: str, name: str, value: Any, empty_ok: bool = True) -> Opt
         raise VMemInputError(item, f"'{name}' must have a visible character (leave it out for the default)")
     return str(value)
 
+
+def optional_text(item: str, name: str, value: Any) -> Optional[str]:
+    """``value`` if it is text, or None: a caption is words, so a number is refused, not taken as
+    its digits as an id's number is (``optional_str``)."""
+    if value is not None and not isinstance(value, str):
+        raise VMemInputError(item, f"'{name}' must be a string, got {type(value).__name__}")
+    return value
 
 
 def check_utf8(rounds: Sequence[RoundInput]) -> None:
@@ -347,7 +352,7 @@ class RoundNodeParser(NodeParser):
             path=str(block.path) if block.path is not None else None,
             data=data,
             url=str(block.url) if block.url is not None and block.path is None and data is None else None,
-            caption=optional_str(item, "caption", captions[i]) if i < len(captions) else None,
+            caption=optional_text(item, "caption", captions[i]) if i < len(captions) else None,
             role=role,
         )
         if not image.has_pixels:

@@ -722,3 +722,26 @@ def test_an_attached_image_that_is_neither_a_path_nor_a_url_is_refused_by_type(m
     """123 was read as the missing file "123", or failed with a TypeError."""
     err = rejected(memory, lambda: call(memory), item=item)
     assert "got int" in err.problem
+
+
+@pytest.mark.parametrize("call", [
+    lambda m, arr: m.add_round(user="x", images=arr, round_key="N1"),
+    lambda m, arr: m.add_rounds([{"user": "x", "images": arr, "round_key": "N1"}]),
+    lambda m, arr: m.add_round(user="x", audio=arr, round_key="N1"),
+], ids=["add_round", "add_rounds", "audio"])
+def test_an_array_for_a_list_is_refused_as_not_a_list(memory, call):
+    """A numpy array (a DataFrame column's ``.values``) escaped as numpy's ambiguous-truth ValueError."""
+    np = pytest.importorskip("numpy")
+    err = rejected(memory, lambda: call(memory, np.array([{"caption": "a red bike"}, {"caption": "a blue car"}])), item="round N1")
+    assert "must be a list" in err.problem
+
+
+@pytest.mark.parametrize("call, item", [
+    (lambda m, photo: m.add_messages([user(blocks=[TextBlock(text="x"), ImageBlock(path=photo)], additional_kwargs={"image_captions": [42]}),
+                                      assistant("ok")]), "message 0 image 0"),
+    (lambda m, photo: m.as_chat_engine(llm=MockLLM(), delivery="text").chat("x", image_path=photo, image_caption=42), "message 0 image 0"),
+], ids=["add_messages", "chat_engine"])
+def test_a_caption_that_is_not_text_is_refused_by_messages_as_by_add_round(memory, photos, call, item):
+    """``add_round`` refused ``caption=42``; ``add_messages`` stored it as the caption "42"."""
+    err = rejected(memory, lambda: call(memory, str(photos["camera"])), item=item)
+    assert "'caption' must be a string, got int" in err.problem
