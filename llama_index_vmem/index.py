@@ -612,6 +612,8 @@ def _settings_llm() -> LLM:
 def _check_memory_id(memory_id: Any) -> None:
     if not isinstance(memory_id, str) or not memory_id or "\x00" in memory_id or not schema.is_utf8(memory_id):
         raise VMemInputError("memory_id", f"must be a non-empty UTF-8 string without NUL, got {memory_id!r}")
+    if not schema.visible(memory_id):  # a blank or invisible id opens a memory no one can tell from another
+        raise VMemInputError("memory_id", "must have a visible character")
 
 
 def _round_payload(p: ParsedRound) -> Dict[str, Any]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_index_vmem import neighbours
+from llama_index_vmem import VMemInputError, neighbours
 from llama_index_vmem.schema import round_id
 from llama_index_vmem.store import Collection
 
@@ -63,3 +64,15 @@ def test_no_call_ever_crosses_memories(open_memory, photos, program):
         for c in Collection:
             assert all(h.payload["memory_id"] == names[m] and SECRETS[m] in h.payload.get("text", SECRETS[m])
                        for h in own.store.scroll(c, own.scope()))
+
+
+@pytest.mark.parametrize("memory_id", [" ", "\t\n", "\u200b", "\u200e"], ids=["space", "line_break", "zero_width_space", "direction_mark"])
+def test_a_memory_id_that_shows_nothing_opens_no_memory(open_memory, memory_id):
+    """An id that shows nothing reads as no id: a tenant opened under it could not be told from another
+    (or from none) in any listing, log or error message."""
+    alice = open_memory("alice")
+    alice.add_round(user="hello there", round_key="K")
+    with pytest.raises(VMemInputError) as caught:
+        open_memory(memory_id)
+    assert caught.value.item == "memory_id" and caught.value.problem == "must have a visible character"
+    assert len(alice) == 1
