@@ -553,18 +553,25 @@ class VMemIndex:
         if unknown:  # say what is accepted: engines pass their unknown options down to here
             raise TypeError(f"unsupported option(s) {unknown}; a V-Mem retriever takes VMemConfig fields "
                             f"({', '.join(sorted(config_fields))}) and {', '.join(sorted(options))}")
+        router = kwargs.get("router")
+        if router is not None and not callable(getattr(router, "route", None)):  # else each query fails on it
+            raise VMemInputError("router", f"must be a ModalityRouter (or have its route(query, config)), got {type(router).__name__}")
         kwargs.setdefault("llm", self.llm)
         return VMemRetriever(self, config=self.config.override(**overrides), **kwargs)
 
     def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> "VMemQueryEngine":
         """Answers with ``llm``, else this index's, else ``Settings.llm`` (as stock engines do); the
         same LLM writes the retriever's anchors."""
+        from .delivery import DeliveryMode
         from .query_engine import VMemQueryEngine
 
         llm = llm or self.llm or _settings_llm()
         engine_keys = {"answer_prompt", "conflict_prompt", "image_note_prompt", "image_note_matched_prompt", "delivery",
                        "image_budget", "streaming"}
         engine_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in engine_keys}
+        delivery = engine_kwargs.get("delivery")
+        if delivery is not None and delivery not in tuple(DeliveryMode):  # the engine's enum lookup names no option
+            raise VMemInputError("delivery", f"must be one of {', '.join(m.value for m in DeliveryMode)}, got {delivery!r}")
         return VMemQueryEngine(retriever=self.as_retriever(llm=llm, **kwargs), llm=llm, **engine_kwargs)
 
     def as_chat_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> "VMemChatEngine":

@@ -745,3 +745,15 @@ def test_a_caption_that_is_not_text_is_refused_by_messages_as_by_add_round(memor
     """``add_round`` refused ``caption=42``; ``add_messages`` stored it as the caption "42"."""
     err = rejected(memory, lambda: call(memory, str(photos["camera"])), item=item)
     assert "'caption' must be a string, got int" in err.problem
+
+
+@pytest.mark.parametrize("call, item, words", [
+    (lambda m: m.as_retriever(router="x"), "router", "must be a ModalityRouter"),
+    (lambda m: m.as_query_engine(llm=MockLLM(), delivery="bogus"), "delivery", "must be one of text, pixels, got 'bogus'"),
+    (lambda m: m.as_chat_engine(llm=MockLLM(), delivery="bogus"), "delivery", "must be one of text, pixels"),
+], ids=["router", "query_engine_delivery", "chat_engine_delivery"])
+def test_an_engine_option_of_the_wrong_kind_is_refused_by_name_when_the_engine_is_made(memory, call, item, words):
+    """``router='x'`` was taken and failed each query with an AttributeError; ``delivery='bogus'``
+    failed with a bare ValueError naming no option."""
+    err = rejected(memory, lambda: call(memory), item=item)
+    assert words in err.problem
