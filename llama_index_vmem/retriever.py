@@ -58,6 +58,8 @@ class AnchorValue:
     source: str
     #: How long the LLM took to write it (0 for an anchor made without one): its share of the latency.
     seconds: float = 0.0
+    #: What dense text signals search with instead of ``text``'s embedding (see ``_query_embedding``).
+    embedding: Optional[Tuple[float, ...]] = None
 
 
 @dataclass
@@ -200,7 +202,26 @@ class VMemRetriever(BaseRetriever):
             return AnchorValue(str(query.image_path), "attached image")
         if anchor is Anchor.QUERY_IMAGE_CAPTION:
             return AnchorValue(schema.query_image_caption(query) or query.query_str, "attached image caption")
-        return AnchorValue(query.query_str, "raw query")
+        embedding = self._query_embedding(query)
+        if embedding is None:
+            return AnchorValue(query.query_str, "raw query")
+        return AnchorValue(query.query_str, "raw query (dense search by the QueryBundle's embedding)", embedding=embedding)
+
+    def _query_embedding(self, query: QueryBundle) -> Optional[Tuple[float, ...]]:
+        """The vector the question's dense search uses when the bundle names one, as LlamaIndex's
+        ``VectorIndexRetriever`` reads it: a precomputed ``embedding``, else the aggregate embedding
+        of ``custom_embedding_strs`` (HyDE's hypothetical answer). Without either (None) the question
+        text is embedded, through the index's cache."""
+        if query.embedding is not None:
+            vector = tuple(query.embedding)
+        elif query.custom_embedding_strs and query.custom_embedding_strs != [query.query_str]:
+            vector = tuple(self._index.embed_model.get_agg_embedding_from_queries(query.custom_embedding_strs))
+        else:
+            return None
+        dims = self._index.lane_dims.text
+        if len(vector) != dims:
+            raise VMemInputError("query embedding", f"has {len(vector)} dimensions; this memory's text vectors have {dims}")
+        return vector
 
     @staticmethod
     def _transform(transform: Any, query: QueryBundle, metadata: Optional[Dict[str, Any]] = None) -> AnchorValue:
@@ -227,6 +248,8 @@ class VMemRetriever(BaseRetriever):
             return []
         elif signal.vector == schema.TEXT_SPARSE:
             vector = index.bm25.query(anchor.text)
+        elif anchor.embedding is not None:
+            vector = list(anchor.embedding)
         else:
             vector = index.encode_query_text(anchor.text)
         scope = index.scope(round_ids=tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None)

@@ -1,5 +1,8 @@
 """Round max per signal and RRF, on hand-computed cases."""
 
+import pytest
+
+from llama_index_vmem import VMemInputError
 from llama_index_vmem.fusion import rank_rounds, rrf
 from llama_index_vmem.store.base import Hit
 
@@ -68,3 +71,43 @@ def test_llamaindex_query_fusion_merges_a_round_found_by_several_queries(make_in
         assert node.get_content(mode) == node.text
     assert pickle.loads(pickle.dumps(fused[0])).node.metadata == node.metadata
     assert TextNode.from_json(node.to_json()).metadata == node.metadata
+
+
+def test_a_hyde_bundle_is_searched_densely_by_its_embedding_strings_as_the_stock_vector_retriever_does(make_index, scripted_llm):
+    """LlamaIndex's HyDE keeps the question as ``query_str`` and puts a hypothetical answer in
+    ``custom_embedding_strs``; its ``VectorIndexRetriever`` embeds those (or uses a precomputed
+    ``embedding``). V-Mem's dense search with the question must too, or HyDE silently changes
+    nothing; BM25 stays on the question's words. A wrong-sized embedding is refused by name."""
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.indices.query.query_transform import HyDEQueryTransform
+    from llama_index.core.retrievers import TransformRetriever
+    from llama_index.core.schema import QueryBundle, TextNode
+
+    index = make_index()
+    said = ["My cat is called Mochi, a tabby.", "I moved to Lisbon last spring.", "My sister Ingrid lives in Bergen.",
+            "I bought a red bike yesterday.", "My favourite food is ramen."]
+    index.add_rounds([{"user": u, "assistant": "Noted.", "session_id": "D1"} for u in said])
+    question, hypothetical = "Which city did I move to?", "My favourite food is ramen, I eat it every day."
+    hyde = HyDEQueryTransform(llm=scripted_llm(default=hypothetical))
+    retriever = index.as_retriever(k=len(said))
+    stock = VectorStoreIndex([TextNode(text=f"User: {u}\nAssistant: Noted.") for u in said],
+                             embed_model=index.embed_model).as_retriever(similarity_top_k=1)
+
+    def ranks(nodes, signal):
+        return {n.node.text: n.node.metadata["vmem"]["ranks"].get(signal) for n in nodes}
+
+    def dense_top(nodes):
+        return next(text for text, rank in ranks(nodes, "text_dense").items() if rank == 1)
+
+    plain = retriever.retrieve(question)
+    with_hyde = TransformRetriever(retriever, hyde).retrieve(question)
+    assert dense_top(plain) == stock.retrieve(question)[0].node.text == "User: I moved to Lisbon last spring.\nAssistant: Noted."
+    assert dense_top(with_hyde) == TransformRetriever(stock, hyde).retrieve(question)[0].node.text
+    assert dense_top(with_hyde) == "User: My favourite food is ramen.\nAssistant: Noted."
+    assert ranks(with_hyde, "text_bm25") == ranks(plain, "text_bm25"), "BM25 searches with the question"
+    strs = [hypothetical, question]
+    precomputed = QueryBundle(question, embedding=index.embed_model.get_agg_embedding_from_queries(strs))
+    assert ranks(retriever.retrieve(precomputed), "text_dense") == ranks(with_hyde, "text_dense")
+    assert ranks(retriever.retrieve(QueryBundle(question, custom_embedding_strs=[question])), "text_dense") == ranks(plain, "text_dense")
+    with pytest.raises(VMemInputError, match="query embedding"):
+        retriever.retrieve(QueryBundle(question, embedding=[0.5, 0.5, 0.5]))
