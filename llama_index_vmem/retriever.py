@@ -205,23 +205,17 @@ class VMemRetriever(BaseRetriever):
         embedding = self._query_embedding(query)
         if embedding is None:
             return AnchorValue(query.query_str, "raw query")
-        return AnchorValue(query.query_str, "raw query (dense search by the QueryBundle's embedding)", embedding=embedding)
+        return AnchorValue(query.query_str, "raw query (dense search by the QueryBundle's custom_embedding_strs)", embedding=embedding)
 
     def _query_embedding(self, query: QueryBundle) -> Optional[Tuple[float, ...]]:
-        """The vector the question's dense search uses when the bundle names one, as LlamaIndex's
-        ``VectorIndexRetriever`` reads it: a precomputed ``embedding``, else the aggregate embedding
-        of ``custom_embedding_strs`` (HyDE's hypothetical answer). Without either (None) the question
-        text is embedded, through the index's cache."""
-        if query.embedding is not None:
-            vector = tuple(query.embedding)
-        elif query.custom_embedding_strs and query.custom_embedding_strs != [query.query_str]:
-            vector = tuple(self._index.embed_model.get_agg_embedding_from_queries(query.custom_embedding_strs))
-        else:
+        """The aggregate embedding of the bundle's ``custom_embedding_strs`` (HyDE's hypothetical
+        answer), as LlamaIndex's ``VectorIndexRetriever`` searches with it; None (the question text is
+        embedded, through the index's cache) without them. A precomputed ``embedding`` is not used:
+        a stock retriever run first on the same bundle (``QueryFusionRetriever``) leaves its own
+        model's vector there."""
+        if not query.custom_embedding_strs or query.custom_embedding_strs == [query.query_str]:
             return None
-        dims = self._index.lane_dims.text
-        if len(vector) != dims:
-            raise VMemInputError("query embedding", f"has {len(vector)} dimensions; this memory's text vectors have {dims}")
-        return vector
+        return tuple(self._index.embed_model.get_agg_embedding_from_queries(query.custom_embedding_strs))
 
     @staticmethod
     def _transform(transform: Any, query: QueryBundle, metadata: Optional[Dict[str, Any]] = None) -> AnchorValue:

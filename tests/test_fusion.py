@@ -1,8 +1,5 @@
 """Round max per signal and RRF, on hand-computed cases."""
 
-import pytest
-
-from llama_index_vmem import VMemInputError
 from llama_index_vmem.fusion import rank_rounds, rrf
 from llama_index_vmem.store.base import Hit
 
@@ -75,9 +72,10 @@ def test_llamaindex_query_fusion_merges_a_round_found_by_several_queries(make_in
 
 def test_a_hyde_bundle_is_searched_densely_by_its_embedding_strings_as_the_stock_vector_retriever_does(make_index, scripted_llm):
     """LlamaIndex's HyDE keeps the question as ``query_str`` and puts a hypothetical answer in
-    ``custom_embedding_strs``; its ``VectorIndexRetriever`` embeds those (or uses a precomputed
-    ``embedding``). V-Mem's dense search with the question must too, or HyDE silently changes
-    nothing; BM25 stays on the question's words. A wrong-sized embedding is refused by name."""
+    ``custom_embedding_strs``; its ``VectorIndexRetriever`` embeds those. V-Mem's dense search with
+    the question must too, or HyDE silently changes nothing; BM25 stays on the question's words. A
+    precomputed ``embedding`` is another retriever's (a stock one run first on the same bundle writes
+    its own model's vector there), so it is not used."""
     from llama_index.core import VectorStoreIndex
     from llama_index.core.indices.query.query_transform import HyDEQueryTransform
     from llama_index.core.retrievers import TransformRetriever
@@ -105,9 +103,6 @@ def test_a_hyde_bundle_is_searched_densely_by_its_embedding_strings_as_the_stock
     assert dense_top(with_hyde) == TransformRetriever(stock, hyde).retrieve(question)[0].node.text
     assert dense_top(with_hyde) == "User: My favourite food is ramen.\nAssistant: Noted."
     assert ranks(with_hyde, "text_bm25") == ranks(plain, "text_bm25"), "BM25 searches with the question"
-    strs = [hypothetical, question]
-    precomputed = QueryBundle(question, embedding=index.embed_model.get_agg_embedding_from_queries(strs))
-    assert ranks(retriever.retrieve(precomputed), "text_dense") == ranks(with_hyde, "text_dense")
     assert ranks(retriever.retrieve(QueryBundle(question, custom_embedding_strs=[question])), "text_dense") == ranks(plain, "text_dense")
-    with pytest.raises(VMemInputError, match="query embedding"):
-        retriever.retrieve(QueryBundle(question, embedding=[0.5, 0.5, 0.5]))
+    other_models = QueryBundle(question, embedding=[0.5, 0.5, 0.5])
+    assert ranks(retriever.retrieve(other_models), "text_dense") == ranks(plain, "text_dense")
