@@ -40,7 +40,9 @@ TimeLike = Union[str, date, datetime]
 Relink = Tuple[PointData, PointData]
 #: Folder, inside a memory's image folder, where ``forget`` moves files before deleting them.
 TRASH_PREFIX = ".forgetting-"
-_YEAR = re.compile(r"(?<!\d)\d{4}(?!\d)")
+#: A year as written: four digits on their own, or leading a compact ISO date ("20240617",
+#: "20240617T1015", "202406171015"); two-digit years ("240617") do not name one.
+_YEAR = re.compile(r"(?<!\d)\d{4}(?:\d{4}(?:\d{4}(?:\d{2})?)?)?(?!\d)")
 #: What a partial date is filled in with: the start of the period it names.
 _PERIOD_START = datetime(2000, 1, 1)
 

@@ -163,6 +163,20 @@ def test_a_partial_date_means_the_start_of_its_period_whatever_the_day(open_memo
     assert index.forget(since="2024", until="2025") == 2 and keys() == ["C:1"]
 
 
+def test_a_compact_iso_date_names_its_year_and_is_selected_and_forgotten(open_memory):
+    """README: any format dateutil reads that names the year. "20240617" names it as surely as
+    "2024-06-17"; "240617" (a two-digit year) and "Round 12" name none and stay out of every range."""
+    index = open_memory()
+    stamps = ["2024-06-17", "20240617", "20240617T101500Z", "202406171015", "240617", "Round 12", "20240618"]
+    index.add_rounds([{"round_key": s, "user": f"at {s}", "assistant": "ok", "timestamp": s} for s in stamps])
+    keys = lambda **r: [x.round.metadata["round_key"] for x in index.rounds(**r)]  # noqa: E731
+    day = ["2024-06-17", "20240617", "20240617T101500Z", "202406171015"]
+    assert keys(since="2024-06-17", until="2024-06-18") == day
+    assert keys(since="20240618") == ["20240618"] and keys(until="20240617T1015") == ["2024-06-17", "20240617"]
+    assert index.forget(since="2024-06-17", until="2024-06-18") == 4
+    assert keys() == ["240617", "Round 12", "20240618"]
+
+
 def test_filters_take_ids_as_add_rounds_does_times_by_their_zone_and_name_what_they_cannot(open_memory):
     index = open_memory()
     index.add_rounds([{"user": "late in Denver", "assistant": "ok", "session_id": 5, "timestamp": "2024-06-17T23:30:00-07:00"},
