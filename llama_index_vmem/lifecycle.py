@@ -76,9 +76,7 @@ def select(index: "VMemIndex", selection: Selection) -> List[Hit]:
     ``dateutil`` reads, such as ``2024-06-17`` or ``1:56 pm on 8 May, 2023``; one with a zone in
     UTC); rounds without a readable timestamp are never in it.
     """
-    keys = _check_keys(selection.round_keys)
-    ids = tuple(schema.round_id(index.memory_id, k) for k in keys) if keys is not None else None
-    hits = index.store.scroll(Collection.ROUNDS, index.scope(round_ids=ids, session_id=_check_id("session_id", selection.session_id)))
+    hits = index.store.scroll(Collection.ROUNDS, _scope(index, selection))
     if selection.since is None and selection.until is None:
         return hits
     since = _as_time("since", selection.since) if selection.since is not None else None
@@ -91,11 +89,24 @@ def select(index: "VMemIndex", selection: Selection) -> List[Hit]:
     return out
 
 
+def _scope(index: "VMemIndex", selection: Selection) -> Scope:
+    """The store filter for what ``selection`` names by id; a time range is read from each round."""
+    keys = _check_keys(selection.round_keys)
+    ids = tuple(schema.round_id(index.memory_id, k) for k in keys) if keys is not None else None
+    return index.scope(round_ids=ids, session_id=_check_id("session_id", selection.session_id))
+
+
 def list_rounds(index: "VMemIndex", selection: Selection, offset: int, limit: int) -> List[StoredRound]:
-    """One page of the selected rounds, each with its units."""
+    """One page of the selected rounds, each with its units. Without a time range the store walks
+    its ``seq`` index to the page, reading only the ids of the rounds before it: a page no longer
+    reads and sorts every round of the selection."""
     if not isinstance(offset, int) or not isinstance(limit, int) or offset < 0 or limit < 1:
         raise VMemInputError("page", f"offset must be >= 0 and limit >= 1, got offset={offset!r}, limit={limit!r}")
-    page = select(index, selection)[offset:offset + limit]
+    if selection.since is None and selection.until is None:
+        ids = index.store.first_round_ids(_scope(index, selection), offset + limit)[offset:]
+        page = index.store.scroll(Collection.ROUNDS, index.scope(round_ids=tuple(ids)))
+    else:
+        page = select(index, selection)[offset:offset + limit]
     scope = index.scope(round_ids=tuple(h.id for h in page))
     units: Dict[str, List[TextNode]] = {}
     for collection in (Collection.TEXT, Collection.IMAGE):

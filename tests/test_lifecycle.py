@@ -92,6 +92,38 @@ def test_rounds_lists_in_order_with_units_and_pages(open_memory, photos):
         index.rounds(offset=-1)
 
 
+def test_a_page_reads_only_its_own_rounds_and_pages_join_into_the_full_listing(open_memory, monkeypatch):
+    """A page far into a memory is found through the store's seq index: paging through a memory
+    read and sorted every round per page before, so it took time quadratic in its size. The pages,
+    filtered or not, still join into exactly the full listing, across the gaps forgets leave."""
+    index = open_memory()
+    index.add_rounds([{"round_key": f"{s}:{i}", "session_id": s, "user": f"note {s}{i}", "assistant": "ok",
+                       "timestamp": f"2024-06-{i:02d}"} for i in range(1, 10) for s in "AB"])
+    index.forget(["A:3", "B:7"])
+    order = [f"{s}:{i}" for i in range(1, 10) for s in "AB" if f"{s}:{i}" not in ("A:3", "B:7")]
+    keys = lambda listed: [r.round.metadata["round_key"] for r in listed]  # noqa: E731
+    selections = {"all": ({}, order), "session": (dict(session_id="B"), [k for k in order if k.startswith("B")]),
+                  "keys": (dict(round_keys=["B:9", "A:2", "A:3", "B:4", "A:7"]), ["A:2", "B:4", "A:7", "B:9"]),
+                  "time": (dict(since="2024-06-02", until="2024-06-05", session_id="A"), ["A:2", "A:4"])}
+    for name, (selection, expected) in selections.items():
+        assert keys(index.rounds(**selection, limit=1000)) == expected, name
+        for limit in (1, 3, 7):
+            pages = [keys(index.rounds(**selection, offset=o, limit=limit)) for o in range(0, len(expected) + limit, limit)]
+            assert [k for page in pages for k in page] == expected and pages[-1] == [], (name, limit)
+    assert [len(r.units) for r in index.rounds(offset=14, limit=2)] == [2, 2]
+    read = []
+    records = index.store.records
+
+    def counted(collection, *args, **kwargs):
+        found = records(collection, *args, **kwargs)
+        read.extend([collection] * len(found))
+        return found
+
+    monkeypatch.setattr(index.store, "records", counted)
+    assert keys(index.rounds(offset=14, limit=2)) == order[14:16]
+    assert read.count(Collection.ROUNDS) == 2, "the page's own round records, not the memory's 16"
+
+
 def test_forget_a_round_removes_it_everywhere_and_joins_its_neighbours(open_memory, photos):
     index = open_memory()
     index.add_rounds(_conversation(photos))

@@ -202,6 +202,12 @@ class LaneStore(abc.ABC):
         """The round record with the highest ``seq`` in scope, if any."""
 
     @abc.abstractmethod
+    def first_round_ids(self, scope: Scope, limit: int) -> List[str]:
+        """Ids of the ``limit`` round records with the lowest ``seq`` in scope, in order, read
+        through the ``seq`` index without payloads: a page far into a memory skips the rounds
+        before it cheaply, instead of reading and sorting every round."""
+
+    @abc.abstractmethod
     def delete(self, collection: Collection, scope: Scope) -> None: ...
 
     @property

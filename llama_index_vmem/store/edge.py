@@ -100,6 +100,15 @@ class EdgeLaneStore(LaneStore):
         )
         return Hit(str(records[0].id), 0.0, dict(records[0].payload or {})) if records else None
 
+    def first_round_ids(self, scope: Scope, limit: int) -> List[str]:
+        if scope.is_empty:
+            return []
+        records, _ = self._shards[Collection.ROUNDS].scroll(
+            qe.ScrollRequest(limit=limit, filter=_filter(scope), with_payload=False,
+                             order_by=qe.OrderBy(schema.SEQ, qe.Direction.Asc))
+        )
+        return [str(r.id) for r in records]
+
     def delete(self, collection: Collection, scope: Scope) -> None:
         if not scope.is_empty:
             self._shards[collection].update(qe.UpdateOperation.delete_points_by_filter(_filter(scope)))

@@ -111,6 +111,15 @@ class ServerLaneStore(LaneStore):
         )
         return Hit(str(records[0].id), 0.0, dict(records[0].payload or {})) if records else None
 
+    def first_round_ids(self, scope: Scope, limit: int) -> List[str]:
+        if scope.is_empty:
+            return []
+        records, _ = self.client.scroll(
+            self.name(Collection.ROUNDS), scroll_filter=_filter(scope), limit=limit, with_payload=False,
+            order_by=models.OrderBy(key=schema.SEQ, direction=models.Direction.ASC),
+        )
+        return [str(r.id) for r in records]
+
     def delete(self, collection: Collection, scope: Scope) -> None:
         if not scope.is_empty:
             self.client.delete(self.name(collection), points_selector=models.FilterSelector(filter=_filter(scope)), wait=True)
