@@ -320,9 +320,14 @@ class VMemIndex:
         return int(last.payload[schema.SEQ]) if last is not None else 0
 
     def _sweep_unfinished(self, last: int) -> None:
-        """Drop units past the last whole round: a process killed mid-write left them roundless."""
+        """Drop units past the last whole round: a process killed mid-write left them roundless,
+        and the pictures it saved for them, unless a whole round shows them too. Files go first, so
+        a sweep killed part-way leaves units for the next one to find."""
+        unfinished = self.scope(seq_range=(last + 1, 2**62))
+        for path in lifecycle.unshared_images(self, self.store.scroll(Collection.IMAGE, unfinished)):
+            path.unlink(missing_ok=True)
         for collection in (Collection.TEXT, Collection.IMAGE):
-            self.store.delete(collection, self.scope(seq_range=(last + 1, 2**62)))
+            self.store.delete(collection, unfinished)
 
     def _with_default_keys(self, inputs: List[RoundInput], first_seq: int) -> List[RoundInput]:
         """Give each round without a key the next free default: numbered within its session past

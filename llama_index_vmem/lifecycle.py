@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from dateutil import parser as dateparser
 from dateutil import tz
@@ -130,7 +130,8 @@ def forget(index: "VMemIndex", selection: Selection) -> int:
     snapshot = {c: store.points(c, scope) for c in Collection}
     relinked = _relinks(index, snapshot[Collection.ROUNDS])
     # The caches of derived pixels go too: they may hold copies of what is forgotten.
-    files = _unshared_images(index, snapshot[Collection.IMAGE], scope) + [index.delivered_dir, index.attached_dir]
+    files = _own_files(index) if selection.is_everything else unshared_images(index, snapshot[Collection.IMAGE])
+    files += [index.delivered_dir, index.attached_dir]
     trash = index.image_dir / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
     moved = _move_aside(files, trash)
     try:
@@ -200,17 +201,23 @@ def _relinks(index: "VMemIndex", removed: List[PointData]) -> List["Relink"]:
     return out
 
 
-def _unshared_images(index: "VMemIndex", removed: List[PointData], scope: Scope) -> List[Path]:
-    """Saved image files of the removed units that no kept unit still points at, in this memory's
+def unshared_images(index: "VMemIndex", removed: Sequence[Union[PointData, Hit]]) -> List[Path]:
+    """Saved image files of the removed units that no other unit still points at, in this memory's
     image folder. Files are named by their content's hash, so names compare: one file may be
     recorded by two spellings of its path, or by the path it had before its store was moved."""
-    gone = {p.id for p in removed}
-    kept: Set[str] = set()
-    if scope.round_ids is not None:
-        kept = {Path(h.payload[schema.IMAGE_PATH]).name for h in index.store.scroll(Collection.IMAGE, index.scope())
-                if h.id not in gone and h.payload.get(schema.IMAGE_PATH)}
     names = {Path(p.payload[schema.IMAGE_PATH]).name for p in removed if p.payload.get(schema.IMAGE_PATH)}
+    if not names:
+        return []
+    gone = {p.id for p in removed}
+    kept = {Path(h.payload[schema.IMAGE_PATH]).name for h in index.store.scroll(Collection.IMAGE, index.scope())
+            if h.id not in gone and h.payload.get(schema.IMAGE_PATH)}
     return sorted(index.image_dir / name for name in names - kept)  # this memory's own files, never a copy's original
+
+
+def _own_files(index: "VMemIndex") -> List[Path]:
+    """Every file in the memory's image folder, whether a unit records it or not: a picture saved by
+    an add that was killed before its round was written is recorded by nothing that is kept."""
+    return sorted(p for p in index.image_dir.iterdir() if p.is_file()) if index.image_dir.is_dir() else []
 
 
 def _check_keys(keys: Optional[Iterable[str]]) -> Optional[List[str]]:

@@ -544,6 +544,38 @@ def test_files_a_killed_forget_moved_aside_are_swept_on_open(open_memory, photos
     assert not aside.exists() and len(again) == 1
 
 
+def test_pictures_of_an_add_killed_before_its_round_record_are_swept_on_open(open_memory, photos):
+    """An add killed after its pictures and units were written, before its round records: the open
+    that drops the roundless units drops the pictures only they recorded, which nothing could list,
+    forget or reach after. A picture a whole round shows stays."""
+    index = open_memory()
+    index.add_rounds(_conversation(photos)[:1])
+    cat = index.image_dir / Path(index.rounds(["D1:1"])[0].units[2].image_path).name
+    index.add_rounds(_conversation(photos)[3:5])  # the coffee, and the cat again
+    killed = index.scope(round_ids=tuple(r.round.node_id for r in index.rounds(["D2:1", "D2:2"])))
+    index.store.delete(Collection.ROUNDS, killed)  # what the killed add never wrote
+    assert len([p for p in index.image_dir.iterdir() if p.is_file()]) == 2, "the coffee picture was saved"
+    reopened = open_memory()
+    rounds, roundless, files = _layout(reopened)
+    assert [key for key, _, _ in rounds] == ["D1:1"] and roundless == []
+    assert files == [cat.name]
+
+
+def test_forget_all_removes_every_file_of_the_memorys_own_image_folder(open_memory, photos):
+    """forget_all forgets every saved image, also one no unit records (left by an add killed before
+    its units were written, or a write that died before its rename); another memory's stay."""
+    index = open_memory()
+    other = open_memory("bob")
+    index.add_rounds(_conversation(photos)[:1])
+    other.add_rounds(_conversation(photos)[:1])
+    (index.image_dir / photos["coffee"].name).write_bytes(photos["coffee"].read_bytes())
+    (index.image_dir / "0123abcd.png.5f1e.tmp").write_bytes(b"half a picture")
+    theirs = sorted(p for p in other.image_dir.rglob("*") if p.is_file())
+    assert index.forget_all() == 1
+    assert not [p for p in index.image_dir.rglob("*") if p.is_file()]
+    assert theirs and sorted(p for p in other.image_dir.rglob("*") if p.is_file()) == theirs and len(other) == 1
+
+
 def test_neighbour_blocks_of_interleaved_sessions(open_memory, photos):
     """Two devices writing at once interleave by seq; each session still chains its own rounds."""
     index = open_memory()
