@@ -120,11 +120,17 @@ def _image(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> image
     return loaded
 
 
+def check_encoders(archive: Archive, manifest: Dict[str, Any]) -> None:
+    """Refuse an import whose encoders (the store ``manifest`` they make) are not the archive's:
+    its vectors would rank as noise against theirs."""
+    if not same_encoders(archive.document["encoders"], manifest):
+        raise VMemInputError(f"archive {archive.path}", f"was encoded with {archive.document['encoders']}; this import asks "
+                                                        f"for {manifest}: pass the encoders (and region_tiles) it was made with")
+
+
 def import_memory(index: "VMemIndex", archive: Archive) -> int:
-    """Load ``archive`` into ``index``'s memory, which must be empty; returns the rounds loaded."""
-    if not same_encoders(archive.document["encoders"], index.manifest()):
-        raise VMemInputError(f"archive {archive.path}",
-                             f"was encoded with {archive.document['encoders']}; this store uses {index.manifest()}")
+    """Load ``archive`` into ``index``'s memory, which must be empty and use the archive's encoders
+    (``check_encoders``); returns the rounds loaded."""
     if len(index):
         raise VMemInputError(f"memory {index.memory_id}", "already holds rounds; import into an empty memory")
     try:

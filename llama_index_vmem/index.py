@@ -202,12 +202,7 @@ class VMemIndex:
         return LaneDims(text=text_dim, visual=int(visual_dim), regions=self.region_tiles)
 
     def manifest(self) -> Dict[str, Any]:
-        return {
-            "format": 1,
-            "text_encoder": encoder_id(self.embed_model),
-            "image_encoder": encoder_id(self.image_encoder),
-            "region_tiles": self.region_tiles,
-        }
+        return _manifest(self.embed_model, self.image_encoder, self.region_tiles)
 
     def scope(self, **narrowing: Any) -> Scope:
         """Every store call goes through this: it pins the call to this memory."""
@@ -525,8 +520,18 @@ class VMemIndex:
     @classmethod
     def from_archive(cls, archive_path: Union[str, Path], /, memory_id: Optional[str] = None, **store_kwargs: Any) -> "VMemIndex":
         """Open a memory (``from_defaults(**store_kwargs)``: any store or backend) and load an
-        archive into it. The memory must be empty; ``memory_id`` defaults to the archived one."""
+        archive into it. The memory must be empty; ``memory_id`` defaults to the archived one, and
+        ``region_tiles`` to the archive's."""
         data = archive.read_archive(archive_path)
+        # Checked before a store is opened: one opened with other encoders would be created with
+        # them (server collections too) and refuse the corrected retry.
+        tiles = data.document["encoders"].get("region_tiles")
+        if isinstance(tiles, bool):
+            store_kwargs.setdefault("region_tiles", tiles)
+        store_kwargs["embed_model"] = store_kwargs.get("embed_model") or default_text_embedding()
+        store_kwargs["image_encoder"] = store_kwargs.get("image_encoder") or EfficientNetImageEncoder()
+        archive.check_encoders(data, _manifest(store_kwargs["embed_model"], store_kwargs["image_encoder"],
+                                               store_kwargs.get("region_tiles", False)))
         index = cls.from_defaults(memory_id=data.memory_id if memory_id is None else memory_id, **store_kwargs)
         try:
             with _write_lock(index.store, index.memory_id):
@@ -626,6 +631,16 @@ def _check_memory_id(memory_id: Any) -> None:
         raise VMemInputError("memory_id", f"must be a non-empty UTF-8 string without NUL, got {memory_id!r}")
     if not schema.visible(memory_id):  # a blank or invisible id opens a memory no one can tell from another
         raise VMemInputError("memory_id", "must have a visible character")
+
+
+def _manifest(embed_model: BaseEmbedding, image_encoder: MultiModalEmbedding, region_tiles: bool) -> Dict[str, Any]:
+    """What a store records of the encoders that made its vectors, and refuses other encoders by."""
+    return {
+        "format": 1,
+        "text_encoder": encoder_id(embed_model),
+        "image_encoder": encoder_id(image_encoder),
+        "region_tiles": region_tiles,
+    }
 
 
 def _round_payload(p: ParsedRound) -> Dict[str, Any]:

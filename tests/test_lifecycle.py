@@ -368,6 +368,31 @@ def test_import_refuses_other_encoders_and_broken_archives(open_memory, photos, 
         VMemIndex.from_archive(broken, embed_model=minilm, image_encoder=tiny_siglip, path=tmp_path / "b")
 
 
+def test_an_import_refused_for_its_encoders_leaves_no_store_and_region_tiles_follow_the_archive(open_memory, photos, tmp_path,
+                                                                                                 minilm, tiny_siglip):
+    """The encoders are checked before a store is opened: a store (or server collections) created
+    for the refused import kept its settings and refused the corrected retry too. Without
+    region_tiles=, an import takes the archive's."""
+    from qdrant_client import QdrantClient
+
+    index = open_memory(region_tiles=True)
+    index.add_rounds(_conversation(photos)[:1])
+    archive = index.export_archive(tmp_path / "tiles.zip")
+    client = QdrantClient(location=":memory:")
+    targets = [dict(path=tmp_path / "edge-copy"), dict(client=client, image_dir=tmp_path / "srv-images")]
+    for target in targets:
+        for wrong in (dict(region_tiles=False, image_encoder=tiny_siglip), dict(region_tiles=True)):
+            with pytest.raises(VMemInputError, match="encoded with .*region_tiles"):
+                VMemIndex.from_archive(archive, embed_model=minilm, **wrong, **target)
+        assert not (tmp_path / "edge-copy").exists() and not client.get_collections().collections
+    for target in targets:
+        copy = VMemIndex.from_archive(archive, embed_model=minilm, image_encoder=tiny_siglip, **target)
+        try:
+            assert copy.region_tiles and _answers(copy, photos) == _answers(index, photos)
+        finally:
+            copy.close()
+
+
 @pytest.mark.parametrize("document, lacks", [
     ([1, 2], "holds no object"),
     ({"format": 1, "memory_id": "m", "collections": {}}, "lacks encoders"),
