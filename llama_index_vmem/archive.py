@@ -32,6 +32,10 @@ MEMORY_JSON = "memory.json"
 IMAGES = "images"
 #: What ``memory.json`` must hold to be read at all (its points are checked as they are loaded).
 DOCUMENT_FIELDS = {"memory_id": str, "encoders": dict, "collections": dict}
+#: Payload keys that hold text wherever they are given (``round_key`` always), and lists of text.
+TEXT_KEYS = (schema.TEXT, schema.SESSION_ID, schema.TIMESTAMP, schema.MODALITY, schema.ROLE,
+             schema.IMAGE_ID, schema.CAPTION, schema.IMAGE_PATH)
+TEXT_LIST_KEYS = (schema.UNIT_IDS, schema.IMAGE_IDS)
 
 
 def export_memory(index: "VMemIndex", path: Union[str, Path]) -> Path:
@@ -187,16 +191,27 @@ class _Rehome:
 
 
 def _check(points: Dict[Collection, List[PointData]], dims: LaneDims) -> None:
-    """What the store and the round walks rely on and a hand-edited archive could break: whole-number
-    positions, text session ids, vectors of the store's names and sizes, round links that end."""
+    """What the store, the nodes read back and the round walks rely on and a hand-edited archive
+    could break: whole-number positions, text where text is read (a number there makes every listing
+    or search that reaches the point fail), UTF-8 the store can take, vectors of the store's names
+    and sizes, round links that end."""
     sizes = {schema.TEXT_DENSE: dims.text, schema.VISUAL: dims.visual, schema.VISUAL_REGIONS: dims.visual}
     for c, ps in points.items():
         for p in ps:
             positions = (schema.SEQ,) if c is Collection.ROUNDS else (schema.SEQ, schema.UNIT_INDEX)
             if not all(type(p.payload.get(key)) is int for key in positions):
                 raise ValueError(f"point {p.id}: {' and '.join(positions)} must be whole numbers")
-            if not isinstance(p.payload.get(schema.SESSION_ID), (str, type(None))):
-                raise ValueError(f"point {p.id}: session_id must be text")
+            if not isinstance(p.payload[schema.ROUND_KEY], str):
+                raise ValueError(f"point {p.id}: round_key must be text")
+            for key in TEXT_KEYS:
+                if not isinstance(p.payload.get(key), (str, type(None))):
+                    raise ValueError(f"point {p.id}: {key} must be text, not {type(p.payload[key]).__name__}")
+            for key in TEXT_LIST_KEYS:
+                value = p.payload.get(key, [])
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise ValueError(f"point {p.id}: {key} must be a list of text")
+            if not schema.is_utf8(json.dumps(p.payload, ensure_ascii=False)):
+                raise ValueError(f"point {p.id}: its payload holds text that cannot be stored as UTF-8 (a lone surrogate)")
             for name, v in p.vectors.items():
                 if isinstance(v, Sparse):
                     continue

@@ -690,6 +690,11 @@ def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, t
                                   ("loop.zip", edited(loop), "links back loop"),
                                   ("seq.zip", edited(lambda p: p["payload"].update(seq="first")), "whole numbers"),
                                   ("session.zip", edited(lambda p: p["payload"].update(session_id=5)), "session_id must be text"),
+                                  ("text.zip", edited(lambda p: p["payload"].update(text=123)), "text must be text, not int"),
+                                  ("key.zip", edited(lambda p: p["payload"].update(round_key=["D1:1"])), "round_key must be text"),
+                                  ("caption.zip", edited(lambda p: p["payload"].update(caption={"a": 1})), "caption must be text"),
+                                  ("ids.zip", edited(lambda p: p["payload"].update(image_ids=[7])), "image_ids must be a list of text"),
+                                  ("surrogate.zip", edited(lambda p: p["payload"].update(timestamp="\ud800")), "cannot be stored as UTF-8"),
                                   ("vector.zip", edited(short_vector), "does not fit this store")):
         with pytest.raises(VMemInputError, match=message):
             VMemIndex.from_archive(crafted(name, change), path=tmp_path / name.replace(".zip", ""), **opened)
