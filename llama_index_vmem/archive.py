@@ -41,6 +41,8 @@ TEXT_LIST_KEYS = (schema.UNIT_IDS, schema.IMAGE_IDS)
 def export_memory(index: "VMemIndex", path: Union[str, Path]) -> Path:
     """Write every point of ``index``'s memory and its saved images to a zip at ``path``."""
     path = Path(path)
+    if path.is_dir():
+        raise VMemInputError(f"archive {path}", "is a directory: name the zip file to write")
     points = {c: index.store.points(c, index.scope()) for c in Collection}
     sources = _image_files(index, points[Collection.IMAGE])
     tmp = path.with_name(path.name + ".tmp")

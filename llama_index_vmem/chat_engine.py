@@ -234,8 +234,10 @@ def _user_message(message: str | ChatMessage, image_path: str | os.PathLike | No
     image's caption, as ``add_messages`` reads them."""
     if isinstance(message, ChatMessage):
         user = message.model_copy(deep=True)
-    else:
+    elif isinstance(message, str):
         user = ChatMessage(role=MessageRole.USER, content=message)
+    else:  # ChatMessage would take a number as no content, and the turn would read as empty
+        raise VMemInputError("message", f"must be text or a ChatMessage, got {type(message).__name__}")
     attached = any(isinstance(b, ImageBlock) for b in user.blocks)
     if image_path is not None:
         if not isinstance(image_path, (str, os.PathLike)):

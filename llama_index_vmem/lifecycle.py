@@ -100,7 +100,7 @@ def list_rounds(index: "VMemIndex", selection: Selection, offset: int, limit: in
     """One page of the selected rounds, each with its units. Without a time range the store walks
     its ``seq`` index to the page, reading only the ids of the rounds before it: a page no longer
     reads and sorts every round of the selection."""
-    if not isinstance(offset, int) or not isinstance(limit, int) or offset < 0 or limit < 1:
+    if any(not isinstance(n, int) or isinstance(n, bool) for n in (offset, limit)) or offset < 0 or limit < 1:
         raise VMemInputError("page", f"offset must be >= 0 and limit >= 1, got offset={offset!r}, limit={limit!r}")
     if selection.since is None and selection.until is None:
         ids = index.store.first_round_ids(_scope(index, selection), offset + limit)[offset:]

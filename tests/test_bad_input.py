@@ -757,3 +757,16 @@ def test_an_engine_option_of_the_wrong_kind_is_refused_by_name_when_the_engine_i
     failed with a bare ValueError naming no option."""
     err = rejected(memory, lambda: call(memory), item=item)
     assert words in err.problem
+
+
+@pytest.mark.parametrize("call, item, words", [
+    (lambda m, tmp: m.as_chat_engine(llm=MockLLM(), delivery="text").chat(123), "message", "must be text or a ChatMessage, got int"),
+    (lambda m, tmp: m.rounds(offset=True), "page", "offset must be >= 0"),
+    (lambda m, tmp: m.rounds(limit=True), "page", "limit >= 1"),
+    (lambda m, tmp: m.export_archive(tmp), "archive {tmp}", "is a directory"),
+], ids=["chat_number", "offset_bool", "limit_bool", "export_to_a_folder"])
+def test_a_turn_page_or_archive_of_the_wrong_kind_is_refused_by_name(memory, tmp_path, call, item, words):
+    """``chat(123)`` said the query was empty, ``rounds(offset=True)`` read True as page 1, and an
+    export to a folder failed with a bare IsADirectoryError."""
+    err = rejected(memory, lambda: call(memory, tmp_path), item=item.format(tmp=tmp_path))
+    assert words in err.problem
