@@ -150,8 +150,7 @@ class VMemIndex:
         encodings per image; fixed when the store is created).
         """
         _check_memory_id(memory_id)
-        embed_model = embed_model or default_text_embedding()  # before the store: a failure here holds nothing open
-        image_encoder = image_encoder or EfficientNetImageEncoder()
+        embed_model, image_encoder = _encoders(embed_model, image_encoder)  # before the store: a failure here holds nothing open
         tmp = None
         if client is not None or url is not None:
             owns_client = client is None
@@ -528,8 +527,7 @@ class VMemIndex:
         tiles = data.document["encoders"].get("region_tiles")
         if isinstance(tiles, bool):
             store_kwargs.setdefault("region_tiles", tiles)
-        store_kwargs["embed_model"] = store_kwargs.get("embed_model") or default_text_embedding()
-        store_kwargs["image_encoder"] = store_kwargs.get("image_encoder") or EfficientNetImageEncoder()
+        store_kwargs["embed_model"], store_kwargs["image_encoder"] = _encoders(store_kwargs.get("embed_model"), store_kwargs.get("image_encoder"))
         archive.check_encoders(data, _manifest(store_kwargs["embed_model"], store_kwargs["image_encoder"],
                                                store_kwargs.get("region_tiles", False)))
         index = cls.from_defaults(memory_id=data.memory_id if memory_id is None else memory_id, **store_kwargs)
@@ -631,6 +629,11 @@ def _check_memory_id(memory_id: Any) -> None:
         raise VMemInputError("memory_id", f"must be a non-empty UTF-8 string without NUL, got {memory_id!r}")
     if not schema.visible(memory_id):  # a blank or invisible id opens a memory no one can tell from another
         raise VMemInputError("memory_id", "must have a visible character")
+
+
+def _encoders(embed_model: Optional[BaseEmbedding], image_encoder: Optional[MultiModalEmbedding]) -> Tuple[BaseEmbedding, MultiModalEmbedding]:
+    """The encoders given, or the packaged defaults (MiniLM, EfficientNet-Lite0) in their place."""
+    return embed_model or default_text_embedding(), image_encoder or EfficientNetImageEncoder()
 
 
 def _manifest(embed_model: BaseEmbedding, image_encoder: MultiModalEmbedding, region_tiles: bool) -> Dict[str, Any]:
