@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Dict
 
@@ -23,6 +24,11 @@ class VMemConfig:
     rrf_kappa: int = 60
     #: Units fetched per active signal before rounds are scored (the candidate pool; at least k).
     candidate_pool: int = 20
+    #: On a text-only query, a candidate round holding an image also scores this share of the
+    #: fused score of the candidate just before it in its session. A round that only shares a
+    #: photo ("here it is") says little; the round before it names the topic. 0 ranks by Eq. 5
+    #: alone, as the paper does.
+    follow_up_weight: float = 0.25
     #: Rounds returned for ordinary questions.
     k: int = 12
     #: Rounds returned for aggregation questions, which also drop neighbours.
@@ -54,6 +60,8 @@ class VMemConfig:
                 raise VMemInputError(f"config {f.name}", f"must be True or False, got {value!r}")
             if f.type == "int" and (type(value) is not int or value < _LEAST.get(f.name, 0)):
                 raise VMemInputError(f"config {f.name}", f"must be a whole number of at least {_LEAST.get(f.name, 0)}, got {value!r}")
+            if f.type == "float" and (type(value) not in (int, float) or not math.isfinite(value) or value < 0):
+                raise VMemInputError(f"config {f.name}", f"must be a number of at least 0, got {value!r}")
 
     def override(self, **changes: Any) -> "VMemConfig":
         """A copy with some fields changed; ``None`` values keep the current field."""

@@ -1,7 +1,8 @@
 """Which rounds neighbour which: the stored previous-round links, within one session.
 
 Every "within W rounds" of V-Mem walks these links: context assembly (a match and its neighbours),
-the text->image filter (rounds next to an image) and the images a round without one borrows. The
+the text->image filter (rounds next to an image), the images a round without one borrows, and the
+score a candidate round carries from the one before it. The
 links, not ``seq``, decide: ``forget`` keeps them joined across the gap it leaves, and a round of
 another session is another day's conversation, not a continuation of the topic.
 
@@ -48,6 +49,14 @@ def round_payloads(index: "VMemIndex", round_ids: Iterable[str]) -> Dict[str, Ma
     """The stored payloads of these rounds of the memory, by id: where a walk starts when the
     caller holds only ids."""
     return _payloads(index, round_ids=tuple(round_ids))
+
+
+def image_rounds_after(index: "VMemIndex", round_ids: Iterable[str]) -> Dict[str, str]:
+    """Each of these rounds that holds an image, mapped to its linked previous round where that is
+    among them too, in the same session: the rounds ``fusion.carry_forward`` carries a score into."""
+    found = round_payloads(index, round_ids)
+    return {rid: prev_id(p) for rid, p in found.items()
+            if p.get(schema.IMAGE_IDS) and prev_id(p) in found and same_session(found[prev_id(p)], p)}
 
 
 def prev_id(round_metadata: Mapping[str, Any]) -> Optional[str]:

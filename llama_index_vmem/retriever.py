@@ -1,4 +1,5 @@
-"""``VMemRetriever``: route -> anchors -> per-signal unit search -> round max -> RRF -> top-k rounds.
+"""``VMemRetriever``: route -> anchors -> per-signal unit search -> round max -> RRF -> image rounds
+carry from the round before -> top-k rounds.
 
 This is Algorithm 1 of the paper minus context assembly (``NeighborRoundPostprocessor``). Every
 returned node says why it was returned in ``metadata["vmem"]``: case, anchors, rank under each
@@ -26,7 +27,7 @@ from . import neighbours, schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
 from .errors import VMemInputError
-from .fusion import Fused, rank_rounds, round_of, rrf, unit_of, units_covering
+from .fusion import Fused, carry_forward, rank_rounds, round_of, rrf, unit_of, units_covering
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
 from .store.base import Collection, Hit
 
@@ -183,7 +184,10 @@ class VMemRetriever(BaseRetriever):
         pool = max(plan.config.candidate_pool, plan.k)  # a widened k (aggregation) gets enough candidates
         key = round_of if plan.round_level else unit_of
         rankings = {s.name: rank_rounds(self._search(s, anchors[s.anchor], eligible, pool), key) for s in plan.signals}
-        return rankings, rrf(rankings, plan.config.rrf_kappa, key)
+        fused = rrf(rankings, plan.config.rrf_kappa, key)
+        if plan.follow_up_weight:
+            fused = carry_forward(fused, neighbours.image_rounds_after(self._index, [r.id for r in fused]), plan.follow_up_weight)
+        return rankings, fused
 
     def _anchor(self, anchor: Anchor, query: QueryBundle, config: VMemConfig) -> AnchorValue:
         if anchor is Anchor.HYPO_CAPTION:
@@ -262,6 +266,7 @@ class VMemRetriever(BaseRetriever):
                 "anchors": anchor_info,
                 "ranks": dict(fused.ranks),
                 "fused_score": fused.score,
+                "follows": fused.follows,
                 "matched_units": {s: h.id for s, h in fused.best_units.items()},
                 "reasons": list(plan.reasons),
                 "neighbor_window": plan.neighbor_window,

@@ -97,6 +97,10 @@ class RoutePlan:
     answer_prompt: str
     #: Rank rounds (by their best unit) rather than bare units.
     round_level: bool
+    #: Share of the score of the round before it that a candidate image round carries
+    #: (``fusion.carry_forward``); 0 when the query brings its own image, whose pixels or caption
+    #: match the photo round directly.
+    follow_up_weight: float
     counting: bool
     aggregation: bool
     config: VMemConfig
@@ -175,6 +179,9 @@ class ModalityRouter:
             signals = _text_signals(Anchor.QUERY)
         if not config.routing:
             signals = _text_signals(Anchor.QUERY) + _caption_signals(Anchor.QUERY) + (_visual_signals(has_pixels) if has_image else ())
+        follow_up_weight = 0.0 if has_image or not config.round_level else config.follow_up_weight
+        if follow_up_weight:
+            reasons.append("text-only query: image rounds carry a share of the round before them")
         if aggregation:
             reasons.append("aggregation question: no neighbours, k widened")
         if conflict:
@@ -188,6 +195,7 @@ class ModalityRouter:
             return_images=wants_image,
             answer_prompt="conflict" if conflict else "answer",
             round_level=config.round_level,
+            follow_up_weight=follow_up_weight,
             counting=counting,
             aggregation=aggregation,
             config=config,

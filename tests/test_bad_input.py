@@ -601,7 +601,10 @@ def test_memory_usable_after_rejected_call(memory, fresh_image, tmp_path):
     (dict(similarity_top_k=-1), "config k"), (dict(k=2.0), "config k"), (dict(k=True), "config k"),
     (dict(rrf_kappa=-1), "config rrf_kappa"), (dict(candidate_pool=0), "config candidate_pool"),
     (dict(neighbor_window=1.5), "config neighbor_window"), (dict(routing=1), "config routing"),
-], ids=["negative_k", "float_k", "bool_k", "negative_kappa", "empty_pool", "float_window", "int_as_bool"])
+    (dict(follow_up_weight=-0.1), "config follow_up_weight"), (dict(follow_up_weight=float("nan")), "config follow_up_weight"),
+    (dict(follow_up_weight="0.25"), "config follow_up_weight"), (dict(follow_up_weight=True), "config follow_up_weight"),
+], ids=["negative_k", "float_k", "bool_k", "negative_kappa", "empty_pool", "float_window", "int_as_bool",
+        "negative_weight", "nan_weight", "text_weight", "bool_weight"])
 def test_a_config_value_retrieval_would_misread_is_refused_when_the_retriever_is_made(memory, overrides, item):
     rejected(memory, lambda: memory.as_retriever(**overrides), item=item)
 

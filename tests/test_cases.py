@@ -335,3 +335,37 @@ def test_unit_level_ablation_returns_bare_units_spanning_k_rounds(make_index):
     assert sorted(rounds) == ["D1:1", "D1:1", "D1:2"]  # k counts rounds: both spans of D1:1 come back
     assert all("kiwi" in n.node.text and n.node.metadata["role"] in ("user", "assistant") for n in result.nodes)
     assert "unit_ids" not in result.nodes[0].node.metadata
+
+
+def test_a_photo_shared_a_round_after_the_one_naming_it_is_ranked_through_that_round(make_index):
+    """The flowers are described in D2:1; the round holding their photo and name (D2:2) says only
+    "here it is", so by Eq. 5 alone five rounds about other flowers outrank it. Carrying a share of
+    D2:1's score lifts it into the top five. D2:3 holds no image and D3:1 opens another session,
+    so neither carries anything."""
+    flowers = [_round("D1:1", "I bought tulips for my mother's birthday.", "Tulips are a lovely birthday flower."),
+               _round("D1:2", "My roses need pruning, when should I do it?", "Prune roses in late winter."),
+               _round("D1:3", "Do sunflowers grow well on a balcony?", "Dwarf sunflowers do, in a deep pot."),
+               _round("D1:4", "Lavender smells wonderful in the garden.", "It attracts bees too."),
+               _round("D1:5", "Which flowers bloom in autumn?", "Asters, chrysanthemums and dahlias bloom in autumn.")]
+    photo = [{"image_id": "IMG_1", "caption": "a tall spike of blossoms"}]
+    walk = [_round("D2:1", "On our autumn walk I spotted purple bell-shaped flowers hanging like tiny trumpets! I took a picture.",
+                   "How exciting, show me!"),
+            _round("D2:2", "Here it is!", "That is a foxglove.", photo),
+            _round("D2:3", "The flowers on the walk were purple.", "Foxgloves often are."),
+            _round("D3:1", "Here it is!", "That is a foxglove.", [dict(photo[0], image_id="IMG_2")])]
+    index = make_index()
+    index.add_rounds(_filler("D0") + flowers + walk)
+    question = VMemQueryBundle("Which purple flowers did I find on the autumn walk?")
+
+    def ranking(weight, k):
+        nodes = index.as_retriever(k=k, follow_up_weight=weight).retrieve(question)
+        return {n.node.metadata["round_key"]: n for n in nodes if not isinstance(n.node, ImageNode)}
+
+    plain, carried = ranking(0, k=5), ranking(0.25, k=5)
+    assert "D2:2" not in plain and "D2:2" in carried
+    assert carried["D2:2"].node.metadata[EXPLAIN_KEY]["follows"] == carried["D2:1"].node.node_id
+    assert all(n.node.metadata[EXPLAIN_KEY]["follows"] is None for n in plain.values())
+    own, wide = ranking(0, k=20), ranking(0.25, k=20)
+    assert abs(carried["D2:2"].score - (own["D2:2"].score + 0.25 * own["D2:1"].score)) < 1e-12
+    for key in ("D2:3", "D3:1"):
+        assert wide[key].node.metadata[EXPLAIN_KEY]["follows"] is None and wide[key].score == own[key].score

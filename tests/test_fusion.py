@@ -1,6 +1,6 @@
-"""Round max per signal and RRF, on hand-computed cases."""
+"""Round max per signal, RRF and the carry from the round before, on hand-computed cases."""
 
-from llama_index_vmem.fusion import rank_rounds, rrf
+from llama_index_vmem.fusion import carry_forward, rank_rounds, rrf
 from llama_index_vmem.store.base import Hit
 
 
@@ -38,6 +38,27 @@ def test_rrf_ties_exactly_when_two_rounds_hold_the_same_ranks_in_another_order()
     top = rrf(rankings, kappa=60)[:2]
     assert [(f.id, f.ranks) for f in top] == [("X", {"a": 1, "b": 7, "c": 2}), ("Y", {"a": 2, "b": 1, "c": 7})]
     assert top[0].score == top[1].score
+
+
+def test_a_round_carries_a_share_of_the_own_score_of_the_candidate_before_it():
+    """B follows A, D follows B (its carry is B's own score, not B's carried one); E's previous
+    round is no candidate, so E keeps its own score."""
+    scores = {"A": 1 / 61, "B": 1 / 66, "C": 1 / 62, "D": 1 / 70, "E": 1 / 63}
+    fused = rrf({"dense": [hit(rid.lower(), rid, seq, 1.0) for seq, rid in enumerate("ACEBD")]}, kappa=60)
+    for f in fused:  # put the hand-picked scores in place of the ranks' own
+        f.score = scores[f.id]
+    out = carry_forward(fused, {"B": "A", "D": "B", "E": "Z"}, weight=0.5)
+    expected = {"A": 1 / 61, "B": 1 / 66 + 0.5 / 61, "C": 1 / 62, "D": 1 / 70 + 0.5 / 66, "E": 1 / 63}
+    assert [f.id for f in out] == sorted(expected, key=lambda r: -expected[r]) == ["B", "D", "A", "C", "E"]
+    assert all(abs(f.score - expected[f.id]) < 1e-15 for f in out)
+    assert {f.id: f.follows for f in out} == {"A": None, "B": "A", "C": None, "D": "B", "E": None}
+
+
+def test_no_weight_leaves_the_fused_ranking_as_it_is():
+    fused = rrf({"dense": [hit("a", "A", 1, 0.9), hit("b", "B", 2, 0.8), hit("c", "C", 3, 0.7)]}, kappa=60)
+    before = [(f.id, f.score) for f in fused]
+    out = carry_forward(fused, {"C": "A", "B": "A"}, weight=0)
+    assert [(f.id, f.score) for f in out] == before and all(f.follows is None for f in out)
 
 
 def test_llamaindex_query_fusion_merges_a_round_found_by_several_queries(make_index, scripted_llm):
