@@ -2,9 +2,9 @@
 
 Every "within W rounds" of V-Mem walks these links: context assembly (a match and its neighbours),
 the text->image filter (rounds next to an image), the images a round without one borrows, and the
-score a candidate round carries from the one before it. The
-links, not ``seq``, decide: ``forget`` keeps them joined across the gap it leaves, and a round of
-another session is another day's conversation, not a continuation of the topic.
+score a photo round carries from the round before it. The links, not ``seq``, decide: ``forget``
+keeps them joined across the gap it leaves, and a round of another session is another day's
+conversation, not a continuation of the topic.
 
 The walk reads round payloads (a round's metadata is its payload) and builds no nodes: the filter
 walks out from every image round of a memory on each text->image question.
