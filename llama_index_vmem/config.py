@@ -24,7 +24,7 @@ class VMemConfig:
     rrf_kappa: int = 60
     #: Units fetched per active signal before rounds are scored (the candidate pool; at least k).
     candidate_pool: int = 20
-    #: On a text-only query, a candidate round holding an image also scores this share of the
+    #: On a text->text query, a candidate round holding an image also scores this share of the
     #: fused score of the candidate just before it in its session. A round that only shares a
     #: photo ("here it is") says little; the round before it names the topic. 0 ranks by Eq. 5
     #: alone, as the paper does.

@@ -98,8 +98,8 @@ class RoutePlan:
     #: Rank rounds (by their best unit) rather than bare units.
     round_level: bool
     #: Share of the score of the round before it that a candidate image round carries
-    #: (``fusion.carry_forward``); 0 when the query brings its own image, whose pixels or caption
-    #: match the photo round directly.
+    #: (``fusion.carry_forward``): text->text only. A query image (pixels or caption) matches the
+    #: photo round directly, and an image target is searched through its caption.
     follow_up_weight: float
     counting: bool
     aggregation: bool
@@ -179,9 +179,9 @@ class ModalityRouter:
             signals = _text_signals(Anchor.QUERY)
         if not config.routing:
             signals = _text_signals(Anchor.QUERY) + _caption_signals(Anchor.QUERY) + (_visual_signals(has_pixels) if has_image else ())
-        follow_up_weight = 0.0 if has_image or not config.round_level else config.follow_up_weight
+        follow_up_weight = config.follow_up_weight if case is Case.TEXT_TO_TEXT and config.round_level else 0.0
         if follow_up_weight:
-            reasons.append("text-only query: image rounds carry a share of the round before them")
+            reasons.append("text->text: image rounds carry a share of the round before them")
         if aggregation:
             reasons.append("aggregation question: no neighbours, k widened")
         if conflict:

@@ -101,14 +101,15 @@ def test_an_aggregation_question_widens_k_and_never_narrows_it():
     assert ROUTER.route(VMemQueryBundle("How many museums?"), CONFIG.override(k=50)).k == 50
 
 
-def test_only_a_text_only_query_at_round_level_carries_scores_into_image_rounds():
-    """A query image matches the photo round itself (pixels or caption); words alone lean on the
-    round that named what the photo shows."""
+def test_only_a_text_to_text_query_at_round_level_carries_scores_into_image_rounds():
+    """A query image matches the photo round itself (pixels or caption) and an image target is
+    searched through its caption; a question in words for words leans on the round that named
+    what the photo shows."""
     weight = {(q, img, cap): ROUTER.route(VMemQueryBundle(q, image_path=img, image_caption=cap), CONFIG).follow_up_weight
               for q, img, cap in [("What did I cook?", None, None), ("Which photo shows the cake?", None, None),
                                   ("What breed is this?", "x.png", None), ("What breed is this?", None, "a small dog"),
                                   ("Which picture is this?", "x.png", None)]}
-    assert list(weight.values()) == [CONFIG.follow_up_weight, CONFIG.follow_up_weight, 0.0, 0.0, 0.0]
+    assert list(weight.values()) == [CONFIG.follow_up_weight, 0.0, 0.0, 0.0, 0.0]
     assert CONFIG.follow_up_weight == 0.25
     assert ROUTER.route(VMemQueryBundle("What did I cook?"), CONFIG.override(round_level=False)).follow_up_weight == 0.0
     assert ROUTER.route(VMemQueryBundle("What did I cook?"), CONFIG.override(follow_up_weight=0.5)).follow_up_weight == 0.5
