@@ -38,6 +38,8 @@ def test_results_json_has_the_specified_shape(memgallery_run):
         for block in results[name]["per_category"].values():
             assert SYSTEM_KEYS <= set(block)
     assert results["vmem"]["overall"]["build_llm_tokens"] == 0
+    # stock-fusion fuses the vectors stock-dense built: its cost is its own plus those
+    assert results["stock-fusion"]["overall"]["build_seconds"] > results["stock-dense"]["overall"]["build_seconds"]
     # an LLM wrote anchors: latency is reported without them and with them; stock systems have none to wait for
     vmem = results["vmem"]["overall"]
     assert vmem["query_ms_with_anchors_p95"] >= vmem["query_ms_p95"] > 0

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from llama_index_vmem.bench.run import PeakRSS
-from llama_index_vmem.bench.systems import BenchSystem, QueryOutcome, StockSystem
+from llama_index_vmem.bench.systems import BenchSystem, QueryOutcome, StockSystem, unit_nodes
 from llama_index_vmem.bench.worker import WorkerSystem
 
 HOG_MB = 400
@@ -130,3 +130,55 @@ def test_a_worker_stuck_in_its_close_is_stopped_not_waited_on(caplog, monkeypatc
     worker.close()
     assert not worker._process.is_alive()
     assert "hangs: its worker process did not answer close within 1 s" in caplog.text
+
+
+def _embedded_texts(run):
+    """The texts LlamaIndex's embedding events report encoded while ``run()`` runs."""
+    from llama_index.core.instrumentation import get_dispatcher
+    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+
+    class Embedded(BaseEventHandler):
+        texts: list = []
+
+        def handle(self, event, **kwargs):
+            if event.class_name() == "EmbeddingEndEvent":
+                self.texts.extend(event.chunks)
+
+    seen = Embedded()
+    get_dispatcher().add_event_handler(seen)
+    try:
+        run()
+    finally:
+        get_dispatcher().event_handlers.remove(seen)
+    return seen.texts
+
+
+def test_stock_fusion_on_stock_dense_vectors_encodes_nothing_again_and_ranks_as_alone(locomo_conv, minilm):
+    dense, alone, reusing = (StockSystem(name, minilm, None) for name in ("stock-dense", "stock-fusion", "stock-fusion"))
+    assert len(_embedded_texts(lambda: dense.build(locomo_conv))) == 4
+    alone.build(locomo_conv)
+    vectors = dense.vectors(locomo_conv.name)
+    assert sorted(vectors) == sorted(n.node_id for n in unit_nodes(locomo_conv)) and len(vectors["D1:1/user"]) == 384
+    assert _embedded_texts(lambda: reusing.build(locomo_conv, vectors)) == []
+    q = locomo_conv.questions[0]
+    ours, theirs = reusing.query(locomo_conv, q, 40), alone.query(locomo_conv, q, 40)
+    assert (ours.ranking, ours.context) == (theirs.ranking, theirs.context) and ours.ranking[0] == "D1:3"
+
+
+def test_a_worker_on_another_workers_vectors_reports_both_build_times(locomo_conv):
+    from llama_index_vmem.bench.harness import stock_system
+    from llama_index_vmem.encoders import default_text_embedding
+
+    model = default_text_embedding().model_name
+    dense = WorkerSystem("stock-dense", functools.partial(stock_system, "stock-dense", model))
+    fusion = WorkerSystem("stock-fusion", functools.partial(stock_system, "stock-fusion", model), vectors_from=dense)
+    here = StockSystem("stock-fusion", default_text_embedding(), None)
+    try:
+        assert dense.build(locomo_conv) == fusion.build(locomo_conv) == here.build(locomo_conv) == 4
+        own = fusion._build_seconds
+        assert 0 < own and fusion.build_seconds(0.0) == pytest.approx(own + dense.build_seconds(0.0))
+        q = locomo_conv.questions[0]
+        assert fusion.query(locomo_conv, q, 40).ranking == here.query(locomo_conv, q, 40).ranking
+    finally:
+        fusion.close()
+        dense.close()

@@ -16,7 +16,7 @@ from ..encoders import EfficientNetImageEncoder, default_text_embedding
 from .data import PIXELS, BenchConversation
 from .metrics import QA_METRICS
 from .run import results_json, run
-from .systems import RUNGS, STOCK_SYSTEMS, BenchSystem, StockSystem, VMemBuild, VMemSystem
+from .systems import REUSES_DENSE, RUNGS, STOCK_SYSTEMS, BenchSystem, StockSystem, VMemBuild, VMemSystem
 from .worker import WorkerSystem
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,8 @@ def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[s
     """The requested systems; returns (systems, skipped-with-reason, shared build).
 
     The vmem rungs share one build in this process (with the LLM, which need not pickle); each
-    stock system runs in a worker process of its own.
+    stock system runs in a worker process of its own, and ``stock-fusion`` fuses a vector index
+    built on ``stock-dense``'s vectors when both run.
     """
     unknown = [name for name in systems if name != "vmem" and name not in STOCK_SYSTEMS]
     if unknown:  # before any worker is started or model loaded
@@ -72,13 +73,14 @@ def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[s
     skipped: Dict[str, str] = {}
     if "vmem" in systems:
         out += [VMemSystem(system_name(r), build, r) for r in rungs]
-    for name in systems:
-        if name == "vmem":
-            continue
+    workers: Dict[str, WorkerSystem] = {}
+    for name in sorted(set(systems) - {"vmem"}, key=STOCK_SYSTEMS.index):  # stock-dense first: others take its vectors
         if name == "stock-multimodal" and not pixels:
             skipped[name] = "no image has pixels in this data (caption mode)"
             continue
-        out.append(WorkerSystem(name, functools.partial(stock_system, name, vmem_embed.model_name)))
+        source = workers.get("stock-dense") if name in REUSES_DENSE else None
+        workers[name] = WorkerSystem(name, functools.partial(stock_system, name, vmem_embed.model_name), vectors_from=source)
+    out += workers.values()
     if not out:
         build.close()
         raise SystemExit(f"nothing to run: {'; '.join(f'{n} skipped, {why}' for n, why in skipped.items()) or 'no systems given'}")

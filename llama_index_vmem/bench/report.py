@@ -22,6 +22,8 @@ NO_CONTEXT_LEGEND = "No vmem system ran, so no context is scored: stock contexts
 COST_LEGEND = (
     "query_ms: everything a system does to rank (for vmem: search, fusion and neighbour blocks); "
     "query_ms_with_anchors (with an LLM): plus the time the LLM took to write anchors. "
+    "build_seconds: stock-fusion fuses a vector index built on stock-dense's vectors (the same units and weights) "
+    "where both run, so its time is its own plus stock-dense's: what building it alone costs. "
     "peak_rss_mb: the peak resident memory of the process that built and queried the system: its libraries, encoders "
     "and the benchmark data as well as its memories. Each stock system runs in a process of its own; the vmem rungs "
     "share the calling process."

@@ -51,6 +51,8 @@ RUNGS = {
     "anchors": dict(routing=True, round_level=True, anchors=True),
 }
 STOCK_SYSTEMS = ("stock-dense", "stock-bm25", "stock-fusion", "stock-multimodal")
+#: Stock systems whose dense text index can take ``stock-dense``'s vectors for the same units and weights.
+REUSES_DENSE = ("stock-fusion",)
 #: Stock unit metadata: which span of its round a unit is (``user``, ``assistant`` or an image id).
 SPAN = "span"
 WARM_UP_TEXTS = ["a short warm-up text", "and a second, slightly longer one, to warm a padded batch"]
@@ -234,6 +236,8 @@ class StockSystem(BenchSystem):
         self.embed_model = embed_model
         self.image_encoder = image_encoder
         self.retrievers: Dict[str, BaseRetriever] = {}
+        #: Each conversation's dense text index, where the system has one.
+        self.vector_indexes: Dict[str, VectorStoreIndex] = {}
         #: Rounds as the equal-granularity view delivers them, by (conversation, round key): rendered once each.
         self._round_texts: Dict[Tuple[str, str], str] = {}
 
@@ -241,24 +245,37 @@ class StockSystem(BenchSystem):
         if self.embed_model is not None:
             self.embed_model.get_text_embedding_batch(WARM_UP_TEXTS)
 
-    def build(self, conv: BenchConversation) -> int:
+    def build(self, conv: BenchConversation, vectors: Optional[Dict[str, List[float]]] = None) -> int:
+        """Index ``conv``'s units; ``vectors`` (by node id) are taken as they are instead of encoding
+        again, as ``VectorStoreIndex`` takes a node's ``embedding``."""
         nodes = unit_nodes(conv)
-        self.retrievers[conv.name] = self._retriever(nodes)
+        for node in nodes:
+            node.embedding = (vectors or {}).get(node.node_id)
+        self.retrievers[conv.name] = self._retriever(conv.name, nodes)
         return len(nodes)
 
-    def _retriever(self, nodes: List[TextNode]) -> BaseRetriever:
+    def vectors(self, conv_name: str) -> Dict[str, List[float]]:
+        """The dense vectors of a built conversation's units, by node id."""
+        index = self.vector_indexes[conv_name]
+        return {node_id: index.vector_store.get(node_id) for node_id in index.index_struct.nodes_dict.values()}
+
+    def _dense(self, conv_name: str, nodes: List[TextNode]) -> BaseRetriever:
+        index = self.vector_indexes[conv_name] = VectorStoreIndex(nodes, embed_model=self.embed_model)
+        return index.as_retriever(similarity_top_k=STOCK_POOL)
+
+    def _retriever(self, conv_name: str, nodes: List[TextNode]) -> BaseRetriever:
         from llama_index.core.llms import MockLLM
         from llama_index.core.retrievers import QueryFusionRetriever
         from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 
         if self.name == "stock-dense":
-            return VectorStoreIndex(nodes, embed_model=self.embed_model).as_retriever(similarity_top_k=STOCK_POOL)
+            return self._dense(conv_name, nodes)
         if self.name == "stock-bm25":
             return _bm25(nodes)
         if self.name == "stock-fusion":
-            dense = VectorStoreIndex(nodes, embed_model=self.embed_model).as_retriever(similarity_top_k=STOCK_POOL)
-            return QueryFusionRetriever([dense, _bm25(nodes)], llm=MockLLM(), mode=FUSION_MODES.RECIPROCAL_RANK,
-                                        similarity_top_k=STOCK_POOL, num_queries=1, use_async=False)
+            return QueryFusionRetriever([self._dense(conv_name, nodes), _bm25(nodes)], llm=MockLLM(),
+                                        mode=FUSION_MODES.RECIPROCAL_RANK, similarity_top_k=STOCK_POOL, num_queries=1,
+                                        use_async=False)
         if self.name == "stock-multimodal":
             from llama_index.core.indices import MultiModalVectorStoreIndex
 

@@ -3,7 +3,10 @@
 With every system's memories in one process, each system's peak would be the same number. A
 worker is spawned, not forked: torch's OpenMP pool hangs in a child forked after the parent has
 encoded anything. The parent drives its workers one call at a time, so builds stay interleaved by
-conversation and only one system uses the cores at any moment.
+conversation and only one system uses the cores at any moment. A worker may take its dense vectors
+from another that computed them for the same units with the same weights (``stock-fusion`` from
+``stock-dense``, as a user fuses the vector index they already have): the time it reports is then
+its own plus that worker's, the cost of building it alone, without encoding everything twice.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import multiprocessing
 import time
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from .data import BenchConversation, BenchQuestion
 from .run import PeakRSS
@@ -26,10 +29,12 @@ CLOSE_TIMEOUT_S = 30.0
 
 
 class WorkerSystem(BenchSystem):
-    """Proxy to the system ``factory`` makes in a spawned process (``factory`` must pickle)."""
+    """Proxy to the system ``factory`` makes in a spawned process (``factory`` must pickle); with
+    ``vectors_from``, each conversation is built on the vectors that worker built it with."""
 
-    def __init__(self, name: str, factory: Callable[[], BenchSystem]) -> None:
+    def __init__(self, name: str, factory: Callable[[], BenchSystem], vectors_from: Optional["WorkerSystem"] = None) -> None:
         self.name = name
+        self.vectors_from = vectors_from
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
         self._process = context.Process(target=_serve, args=(child, factory), name=f"vmem-bench {name}", daemon=True)
@@ -38,13 +43,15 @@ class WorkerSystem(BenchSystem):
         self._build_seconds = 0.0
 
     def build(self, conv: BenchConversation) -> int:
-        units, seconds = self._call("build", conv)
+        vectors = self.vectors_from._call("vectors", conv.name) if self.vectors_from else None
+        units, seconds = self._call("build", conv, vectors)
         self._build_seconds += seconds
         return units
 
     def build_seconds(self, measured: float) -> float:
-        """The worker's own build time: the conversation's trip through the pipe is not ingest."""
-        return self._build_seconds
+        """The worker's own build time (the conversation's trip through the pipe is not ingest),
+        plus the time the worker whose vectors it took spent building them."""
+        return self._build_seconds + (self.vectors_from.build_seconds(0.0) if self.vectors_from else 0.0)
 
     def query(self, conv: BenchConversation, q: BenchQuestion, token_budget: Optional[int]) -> QueryOutcome:
         return self._call("query", conv.name, q, token_budget)
@@ -93,15 +100,16 @@ def _serve(conn: Connection, factory: Callable[[], BenchSystem]) -> None:
             return
         conversations: Dict[str, BenchConversation] = {}
 
-        def build(conv: BenchConversation) -> tuple:
+        def build(conv: BenchConversation, vectors: Optional[Dict[str, List[float]]]) -> tuple:
             conversations[conv.name] = conv
             start = time.perf_counter()
-            units = system.build(conv)
+            units = system.build(conv, vectors) if vectors else system.build(conv)
             return units, time.perf_counter() - start
 
         calls: Dict[str, Callable[..., Any]] = {
             "build": build,
             "query": lambda name, q, budget: system.query(conversations[name], q, budget),
+            "vectors": lambda name: system.vectors(name),
             "warm_up": system.warm_up,
             "peak_rss_mb": lambda: max(rss.peak_mb, rss.current_mb()),
             "close": system.close,
