@@ -199,12 +199,17 @@ def _check(points: Dict[Collection, List[PointData]], dims: LaneDims) -> None:
     and sizes, round links that end."""
     sizes = {schema.TEXT_DENSE: dims.text, schema.VISUAL: dims.visual, schema.VISUAL_REGIONS: dims.visual}
     for c, ps in points.items():
+        seen: Set[str] = set()  # ids come from round keys (and unit numbers): one id twice is one key twice
         for p in ps:
             positions = (schema.SEQ,) if c is Collection.ROUNDS else (schema.SEQ, schema.UNIT_INDEX)
             if not all(type(p.payload.get(key)) is int for key in positions):
                 raise ValueError(f"point {p.id}: {' and '.join(positions)} must be whole numbers")
             if not isinstance(p.payload[schema.ROUND_KEY], str):
                 raise ValueError(f"point {p.id}: round_key must be text")
+            if p.id in seen:
+                what = "round" if c is Collection.ROUNDS else f"unit {p.payload[schema.UNIT_INDEX]} of round"
+                raise ValueError(f"two points are {what} {p.payload[schema.ROUND_KEY]!r}")
+            seen.add(p.id)
             for key in TEXT_KEYS:
                 if not isinstance(p.payload.get(key), (str, type(None))):
                     raise ValueError(f"point {p.id}: {key} must be text, not {type(p.payload[key]).__name__}")

@@ -263,7 +263,7 @@ class Deliverer:
             return [TextBlock(text=text_context(nodes))]
         blocks = [n.node for n in nodes if not isinstance(n.node, ImageNode)]
         rounds = self.index.get_rounds(r for b in blocks for r in _member_ids(b))
-        borrowed = _borrowed(nodes)
+        borrowed = self._held(_borrowed(nodes))
         images = self._images(blocks, rounds, borrowed)
         shown, unreadable = self._label(images)
         out: List[ContentBlock] = []
@@ -295,6 +295,21 @@ class Deliverer:
         self.index.image_fence.check("query image", image_path)
         return [TextBlock(text=f"\n[attached image: the user's {ATTACHMENT_LABEL} picture]"),
                 ImageBlock(path=label_image(image_path, ATTACHMENT_LABEL, self.cache_dir, self.budget.max_side))]
+
+    def _held(self, borrowed: Dict[int, List[ImageNode]]) -> Dict[int, List[ImageNode]]:
+        """The borrowed images as this memory stores them. A node's own ``image_path`` is not read:
+        a node made outside the memory could claim its id and name any file on the machine. An image
+        the memory does not hold (forgotten since it was retrieved, or never its own) is left out."""
+        wanted = [img for images in borrowed.values() for img in images]
+        if not wanted:
+            return borrowed
+        stored = self.index.images_of(img.metadata[schema.ROUND_ID] for img in wanted if img.metadata.get(schema.ROUND_ID))
+        held = {img.node_id: img for images in stored.values() for img in images}
+        for img in wanted:
+            if img.node_id not in held:
+                logger.warning("image %s not delivered: this memory holds no such image",
+                               img.metadata.get(schema.IMAGE_ID, img.node_id))
+        return {block: [held[img.node_id] for img in images if img.node_id in held] for block, images in borrowed.items()}
 
     def _images(self, blocks: Sequence[TextNode], rounds: Dict[str, TextNode], borrowed: Dict[int, List[ImageNode]]) -> Dict[str, ImageNode]:
         """Images with pixels of the delivered rounds and those their blocks borrowed: retrieved

@@ -35,7 +35,7 @@ from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedd
 from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
 from .lifecycle import Selection, StoredRound, TimeLike
-from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_utf8, default_round_key, last_default_number, round_input_from_dict
+from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_text, default_round_key, last_default_number, round_input_from_dict
 from .store import Collection, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
 
 if TYPE_CHECKING:
@@ -245,7 +245,7 @@ class VMemIndex:
         """Check and split chat messages into rounds as ``add_messages`` does, storing nothing (audio
         is transcribed here), so a chat engine can refuse a turn before its LLM answers it."""
         rounds = self._parser.rounds_from_messages(messages, session_id=session_id, timestamp=timestamp)
-        check_utf8(rounds)
+        check_text(rounds)
         return rounds
 
     def add_round_inputs(self, rounds: Sequence[RoundInput]) -> List[TextNode]:
@@ -264,7 +264,7 @@ class VMemIndex:
         return await asyncio.to_thread(lambda: self.add_messages(messages, **kwargs))
 
     def _commit(self, inputs: List[RoundInput]) -> List[TextNode]:
-        check_utf8(inputs)
+        check_text(inputs)
         # fetched and decoded outside the lock: a slow URL holds up no other writer of this memory
         inputs = [self._parser.load_images(r, f"round {r.round_key or i}", r.round_key) for i, r in enumerate(inputs)]
         with _write_lock(self.store, self.memory_id):
@@ -464,16 +464,16 @@ class VMemIndex:
     def images_near(self, rounds: Sequence[TextNode], window: int) -> Dict[str, List[ImageNode]]:
         """Each round's own images, or, for a round without one, the images of its linked rounds
         within ``window`` (nearest first, the earlier side first), never across a session's edge."""
-        own = self._images_of(r.node_id for r in rounds)
+        own = self.images_of(r.node_id for r in rounds)
         out = {r.node_id: own.get(r.node_id, []) for r in rounds}
         borrowing = {r.node_id: r.metadata for r in rounds if not out[r.node_id]}
         for layer in neighbours.steps(self, borrowing, window):
-            found = self._images_of(rid for near in layer.values() for rid in near)
+            found = self.images_of(rid for near in layer.values() for rid in near)
             for origin, near in layer.items():
                 out[origin] += [img for rid in near for img in found.get(rid, [])]
         return out
 
-    def _images_of(self, round_ids: Iterable[str]) -> Dict[str, List[ImageNode]]:
+    def images_of(self, round_ids: Iterable[str]) -> Dict[str, List[ImageNode]]:
         """The image units of these rounds, by round id, in conversation order."""
         by_round: Dict[str, List[ImageNode]] = {}
         for hit in self.store.scroll(Collection.IMAGE, self.scope(round_ids=tuple(dict.fromkeys(round_ids)))):

@@ -175,10 +175,16 @@ def optional_text(item: str, name: str, value: Any) -> Optional[str]:
     return value
 
 
-def check_utf8(rounds: Sequence[RoundInput]) -> None:
-    """Refuse text that cannot be stored as UTF-8 (a lone surrogate, as a careless decode leaves),
-    naming the round and field, before the store sees any of it: the store fails on it with a bare
-    error, and a session id is used in a store filter before the round is parsed."""
+#: The most characters one text field may hold: more than any LLM's context window takes (so any turn a
+#: chat model can answer fits), while a round stays far inside a Qdrant server's 32 MB request limit.
+MAX_TEXT_CHARS = 1_000_000
+
+
+def check_text(rounds: Sequence[RoundInput]) -> None:
+    """Refuse text that cannot be stored, naming the round and field, before the store sees any of
+    it: text that is not UTF-8 (a lone surrogate, as a careless decode leaves) fails in the store
+    with a bare error, and a session id is used in a store filter before the round is parsed; text
+    over ``MAX_TEXT_CHARS`` would be stored whole while only its start is ever embedded."""
     for i, r in enumerate(rounds):
         fields = {"user": r.user, "assistant": r.assistant, "session_id": r.session_id, "timestamp": r.timestamp,
                   "round_key": r.round_key}
@@ -186,8 +192,12 @@ def check_utf8(rounds: Sequence[RoundInput]) -> None:
         for n, img in enumerate(r.images):
             fields.update({f"image {n} image_id": img.image_id, f"image {n} caption": img.caption})
         for name, value in fields.items():
-            if isinstance(value, str) and not is_utf8(value):
-                item = f"round {_printable(r.round_key) if r.round_key else i}"
+            if not isinstance(value, str):
+                continue
+            item = f"round {_printable(r.round_key[:200]) if r.round_key else i}"
+            if len(value) > MAX_TEXT_CHARS:
+                raise VMemInputError(item, f"'{name}' is {len(value)} characters, over the {MAX_TEXT_CHARS} limit")
+            if not is_utf8(value):
                 raise VMemInputError(item, f"'{name}' is not valid UTF-8 text (it holds a lone surrogate)")
 
 

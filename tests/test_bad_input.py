@@ -426,6 +426,26 @@ def test_text_that_is_not_utf8(memory, call, item, field):
     assert f"'{field}' is not valid UTF-8 text" in err.problem
 
 
+@pytest.mark.parametrize(
+    "call, item, field",
+    [
+        (lambda m, big: m.add_round(user=big), "round 0", "user"),
+        (lambda m, big: m.add_rounds([{"user": "fine", "round_key": "D2:1"}, {"user": "x", "images": [{"caption": big}]}]),
+         "round 1", "image 0 caption"),
+        (lambda m, big: m.add_messages([user("hi"), ChatMessage(role=MessageRole.ASSISTANT, content=big)]), "round 0", "assistant"),
+    ],
+    ids=["user", "caption_in_second_round", "message"],
+)
+def test_text_over_the_size_limit_is_refused_by_field(memory, call, item, field):
+    """Only a text's start is ever embedded, so a huge paste would be stored whole for nothing."""
+    from llama_index_vmem.node_parser import MAX_TEXT_CHARS
+
+    memory.add_round(user="a" * MAX_TEXT_CHARS, session_id="S9")  # the limit itself is accepted
+    big = "word " * (MAX_TEXT_CHARS // 5) + "!"
+    err = rejected(memory, lambda: call(memory, big), item=item)
+    assert err.problem == f"'{field}' is {MAX_TEXT_CHARS + 1} characters, over the {MAX_TEXT_CHARS} limit"
+
+
 # -- wrong types --------------------------------------------------------------------------------
 
 

@@ -319,3 +319,33 @@ def test_delivered_content_splits_into_blocks_only_where_a_block_header_follows(
     assert [[b.text for b in p if isinstance(b, TextBlock)] for p in parts] == [[first], [second]]
     assert isinstance(parts[1][-1], ImageBlock)
     assert join_blocks(parts)[0].text == first + BLOCK_SEPARATOR + second
+
+
+def test_an_image_node_is_delivered_from_the_memorys_own_copy_never_from_the_path_it_names(make_index, photos, caplog):
+    """Nodes reach delivery from the caller (``DeliveryPostprocessor`` takes any list): one that claims
+    this memory must not make it read another file on the machine, and one it does not hold is left out."""
+    from llama_index_vmem.delivery import Deliverer, label_image
+
+    index = make_index()
+    index.add_rounds([
+        {"round_key": "D1:1", "session_id": "D1", "user": "Look at this!",
+         "images": [{"image_id": "D1:IMG_001", "path": str(photos["horse"]), "caption": "IMG_4471.jpg"}]},
+        {"round_key": "D1:2", "session_id": "D1", "user": "That was my pony Rex at the farm.", "assistant": "Lovely."},
+    ])
+    nodes = index.as_query_engine(llm=MockLLM(), delivery="pixels", k=1, neighbor_window=0).retrieve(
+        VMemQueryBundle("Show me the photo of my pony Rex"))
+    [at] = [i for i, n in enumerate(nodes) if isinstance(n.node, ImageNode)]
+    real = nodes[at].node
+    secret = str(photos["astronaut"])  # any image file the process can read
+    nodes[at].node = real.model_copy(update={"image_path": secret})
+    forged = ImageNode(id_="forged", image_path=secret, text="a forged picture",
+                       metadata=real.metadata | {"image_id": "D9:IMG_999"})
+    nodes.insert(at + 1, nodes[at].model_copy(update={"node": forged}))
+    deliverer = Deliverer(index, DeliveryMode.PIXELS)
+    content = deliverer.deliver(nodes)
+    [image] = [b for b in content if isinstance(b, ImageBlock)]
+    stored = label_image(real.image_path, "D1:IMG_001", deliverer.cache_dir, deliverer.budget.max_side)
+    assert Path(image.path) == stored != label_image(secret, "D1:IMG_001", deliverer.cache_dir, deliverer.budget.max_side)
+    text = "".join(b.text for b in content if isinstance(b, TextBlock))
+    assert "[Image D1:IMG_001, shared in round D1:1] IMG_4471.jpg" in text and "D9:IMG_999" not in text
+    assert "image D9:IMG_999 not delivered: this memory holds no such image" in caplog.text

@@ -679,6 +679,14 @@ def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, t
         if "unit_ids" in point["payload"]:
             point["payload"]["prev_round_id"] = point["id"]
 
+    def duplicate_key(e):  # a second round under the first's key, linking back to it
+        doc = json.loads(e["memory.json"])
+        [first] = doc["collections"]["rounds"]
+        doc["collections"]["rounds"].append(dict(first, id=first["id"][:-4] + "ffff",
+                                                 payload=dict(first["payload"], prev_round_id=first["id"])))
+        e["memory.json"] = json.dumps(doc)
+        return e
+
     def short_vector(point):
         if "text_dense" in point["vectors"]:
             point["vectors"]["text_dense"] = point["vectors"]["text_dense"][:3]
@@ -688,6 +696,7 @@ def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, t
                                   ("no-ids.zip", edited(lambda p: p["payload"].pop("round_key")), "malformed point"),
                                   ("missing.zip", missing_image, "not in the archive"),
                                   ("loop.zip", edited(loop), "links back loop"),
+                                  ("twice.zip", duplicate_key, "two points are round 'D1:1'"),
                                   ("seq.zip", edited(lambda p: p["payload"].update(seq="first")), "whole numbers"),
                                   ("session.zip", edited(lambda p: p["payload"].update(session_id=5)), "session_id must be text"),
                                   ("text.zip", edited(lambda p: p["payload"].update(text=123)), "text must be text, not int"),
