@@ -51,10 +51,9 @@ def round_payloads(index: "VMemIndex", round_ids: Iterable[str]) -> Dict[str, Ma
     return _payloads(index, round_ids=tuple(round_ids))
 
 
-def image_rounds_after(index: "VMemIndex", round_ids: Iterable[str]) -> Dict[str, str]:
-    """Each of these rounds that holds an image, mapped to its linked previous round where that is
-    among them too, in the same session: the rounds ``fusion.carry_forward`` carries a score into."""
-    found = round_payloads(index, round_ids)
+def image_rounds_after(found: Mapping[str, Mapping[str, Any]]) -> Dict[str, str]:
+    """Each of these rounds (payloads by id) that holds an image, mapped to its linked previous round
+    where that is among them too, in the same session: the rounds ``fusion.carry_forward`` carries a score into."""
     return {rid: prev_id(p) for rid, p in found.items()
             if p.get(schema.IMAGE_IDS) and prev_id(p) in found and same_session(found[prev_id(p)], p)}
 

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple
 
 import llama_index.core.instrumentation as instrument
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -166,28 +166,32 @@ class VMemRetriever(BaseRetriever):
         plan = self.route(query_bundle, **overrides)
         anchors = {a: self._anchor(a, query_bundle, plan.config) for a in plan.anchors}
         eligible = self._eligible_rounds(plan)
-        rankings, fused = self._rank(plan, anchors, query_bundle, eligible)
+        rankings, fused, payloads = self._rank(plan, anchors, query_bundle, eligible)
         if eligible is not None:
             fused = [r for r in fused if r.round_id in eligible]
         fallback = eligible is not None and not fused
         if fallback:  # the filter would remove every candidate: keep the unfiltered ranking
-            rankings, fused = self._rank(plan, anchors, query_bundle, None)
+            rankings, fused, payloads = self._rank(plan, anchors, query_bundle, None)
         top = fused[: plan.k] if plan.round_level else units_covering(fused, plan.k)
-        nodes = self._nodes(plan, anchors, top)
+        nodes = self._nodes(plan, anchors, top, payloads)
         visual = next((h for s in plan.signals if s.is_visual for h in rankings[s.name][:1]), None)
         logger.debug("route %s, %d rounds, anchors %s", plan.case.value, len(top), anchors)
         return RetrievalResult(plan, anchors, top, nodes, visual_match=visual, filter_fallback=fallback)
 
     def _rank(
         self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], query: QueryBundle, eligible: Optional[Set[str]]
-    ) -> Tuple[Dict[str, List[Hit]], List[Fused]]:
+    ) -> Tuple[Dict[str, List[Hit]], List[Fused], Dict[str, Mapping[str, Any]]]:
+        """Per-signal rankings, the fused ranking, and the candidate rounds' payloads where the photo-round
+        carry read them (so building the returned rounds does not read them again)."""
         pool = max(plan.config.candidate_pool, plan.k)  # a widened k (aggregation) gets enough candidates
         key = round_of if plan.round_level else unit_of
         rankings = {s.name: rank_rounds(self._search(s, anchors[s.anchor], eligible, pool), key) for s in plan.signals}
         fused = rrf(rankings, plan.config.rrf_kappa, key)
+        payloads: Dict[str, Mapping[str, Any]] = {}
         if plan.follow_up_weight:
-            fused = carry_forward(fused, neighbours.image_rounds_after(self._index, [r.id for r in fused]), plan.follow_up_weight)
-        return rankings, fused
+            payloads = neighbours.round_payloads(self._index, [r.id for r in fused])
+            fused = carry_forward(fused, neighbours.image_rounds_after(payloads), plan.follow_up_weight)
+        return rankings, fused, payloads
 
     def _anchor(self, anchor: Anchor, query: QueryBundle, config: VMemConfig) -> AnchorValue:
         if anchor is Anchor.HYPO_CAPTION:
@@ -255,7 +259,8 @@ class VMemRetriever(BaseRetriever):
             return index.store.search(signal.collection, schema.VISUAL_REGIONS, [vector], scope, pool)
         return index.store.search(signal.collection, signal.vector, vector, scope, pool)
 
-    def _nodes(self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], top: List[Fused]) -> List[NodeWithScore]:
+    def _nodes(self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], top: List[Fused],
+               payloads: Mapping[str, Mapping[str, Any]]) -> List[NodeWithScore]:
         anchor_info = {a.value: {"text": v.text, "source": v.source} for a, v in anchors.items()}
 
         def explained(node: Any, fused: Fused) -> NodeWithScore:
@@ -279,7 +284,8 @@ class VMemRetriever(BaseRetriever):
 
         if not plan.round_level:  # ablation: bare units
             return [explained(self._index.unit(f.id, next(iter(f.best_units.values())).payload), f) for f in top]
-        rounds = self._index.get_rounds([r.id for r in top])
+        rounds = self._index.get_rounds([r.id for r in top if r.id not in payloads])
+        rounds.update((r.id, schema.round_from_payload(r.id, payloads[r.id])) for r in top if r.id in payloads)
         images: Dict[str, List[Any]] = {}
         if plan.return_images:
             images = self._index.images_near([rounds[r.id] for r in top if r.id in rounds], plan.image_filter_window or 0)

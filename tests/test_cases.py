@@ -369,3 +369,29 @@ def test_a_photo_shared_a_round_after_the_one_naming_it_is_ranked_through_that_r
     assert abs(carried["D2:2"].score - (own["D2:2"].score + 0.25 * own["D2:1"].score)) < 1e-12
     for key in ("D2:3", "D3:1"):
         assert wide[key].node.metadata[EXPLAIN_KEY]["follows"] is None and wide[key].score == own[key].score
+
+
+def test_the_photo_round_carry_costs_no_extra_read_of_the_rounds_it_returns(make_index, monkeypatch):
+    """The carry reads the candidates' round payloads; the rounds returned are built from that read."""
+    from llama_index_vmem.store import Collection
+
+    index = make_index()
+    index.add_rounds(_filler("D0") + [_round("D2:1", "On our walk I saw purple flowers. I took a picture.", "Show me!"),
+                                      _round("D2:2", "Here it is!", "That is a foxglove.", [{"image_id": "IMG_1", "caption": "blossoms"}])])
+    scroll, reads = index.store.scroll, []
+
+    def counted(collection, scope, *args, **kwargs):
+        if not scope.is_empty:  # an empty id list is answered without reaching the store
+            reads.append(collection)
+        return scroll(collection, scope, *args, **kwargs)
+
+    monkeypatch.setattr(index.store, "scroll", counted)
+    question = VMemQueryBundle("Which purple flowers did I see on the walk?")
+    plain = index.as_retriever(follow_up_weight=0).retrieve(question)
+    plain_reads, reads[:] = reads.count(Collection.ROUNDS), []
+    carried = index.as_retriever(follow_up_weight=0.25).retrieve(question)
+    assert reads.count(Collection.ROUNDS) == plain_reads == 1
+    stored = index.get_rounds(n.node.node_id for n in carried)
+    assert [(n.node.text, n.node.metadata["round_key"]) for n in carried] == \
+           [(stored[n.node.node_id].text, stored[n.node.node_id].metadata["round_key"]) for n in carried]
+    assert {n.node.metadata["round_key"] for n in carried} == {n.node.metadata["round_key"] for n in plain}
