@@ -301,8 +301,6 @@ class Deliverer:
         a node made outside the memory could claim its id and name any file on the machine. An image
         the memory does not hold (forgotten since it was retrieved, or never its own) is left out."""
         wanted = [img for images in borrowed.values() for img in images]
-        if not wanted:
-            return borrowed
         stored = self.index.images_of(img.metadata[schema.ROUND_ID] for img in wanted if img.metadata.get(schema.ROUND_ID))
         held = {img.node_id: img for images in stored.values() for img in images}
         for img in wanted:

@@ -191,10 +191,10 @@ def check_text(rounds: Sequence[RoundInput]) -> None:
         fields.update({f"audio {n}": text for n, text in enumerate(r.audio_transcripts)})
         for n, img in enumerate(r.images):
             fields.update({f"image {n} image_id": img.image_id, f"image {n} caption": img.caption})
+        item = f"round {_printable(r.round_key[:200]) if r.round_key else i}"
         for name, value in fields.items():
             if not isinstance(value, str):
                 continue
-            item = f"round {_printable(r.round_key[:200]) if r.round_key else i}"
             if len(value) > MAX_TEXT_CHARS:
                 raise VMemInputError(item, f"'{name}' is {len(value)} characters, over the {MAX_TEXT_CHARS} limit")
             if not is_utf8(value):
