@@ -36,7 +36,7 @@ from llama_index.core.types import Thread
 
 from . import images as image_io
 from . import schema
-from .delivery import content_tokens
+from .delivery import content_tokens, messages_tokens
 from .errors import VMemInputError
 from .index import VMemIndex
 from .memory_block import VMemMemoryBlock
@@ -103,12 +103,15 @@ class VMemChatEngine(BaseChatEngine):
         """Retrieval with the user's text and image, and the LLM input: the history, then the answer
         prompt. ``Memory`` budgets the history alone, so the oldest turns that would push the input
         past the model's window (less room for the reply) are left out of this call. The history's
-        leading system messages (a static block, recalled memory blocks) are always sent."""
+        leading system messages (a static block, recalled memory blocks) are always sent, and so are
+        a chat answer prompt's, which join them ahead of the history."""
         lead = list(takewhile(lambda m: m.role in INSTRUCTION_ROLES, history))
         turns = history[len(lead):]
-        reserved = sum(content_tokens(m.blocks) for m in [*self._prefix, *lead])
+        reserved = messages_tokens([*self._prefix, *lead])
         request = self.query_engine.prepare(query_from_message(self.index, _fetched(user, pending)), reserved=reserved)
-        sent = reserved + content_tokens(request.message.blocks)
+        instructions = list(takewhile(lambda m: m.role in INSTRUCTION_ROLES, request.messages))
+        ask = request.messages[len(instructions):]
+        sent = reserved + messages_tokens(request.messages)
         room = self._llm.metadata.context_window - REPLY_TOKENS - sent
         kept: list[ChatMessage] = []
         for message in reversed(turns):
@@ -119,7 +122,7 @@ class VMemChatEngine(BaseChatEngine):
         if len(kept) < len(turns):  # a cut history starts at a user's turn, not mid-exchange
             while kept and kept[-1].role != MessageRole.USER:
                 kept.pop()
-        return request, [*self._prefix, *lead, *reversed(kept), request.message]
+        return request, [*self._prefix, *lead, *instructions, *reversed(kept), *ask]
 
     def _user_round(self, user: ChatMessage) -> RoundInput:
         """The user's half of this turn's round, checked as ``add_messages`` checks it: a message the

@@ -22,7 +22,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from llama_index.core.base.llms.types import ImageBlock, TextBlock
+from llama_index.core.base.llms.types import ChatMessage, ImageBlock, TextBlock
 from llama_index.core.llms import LLM
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.prompts import BasePromptTemplate
@@ -102,12 +102,27 @@ def merge_text(blocks: Sequence[ContentBlock]) -> List[ContentBlock]:
     return out
 
 
-def prompt_with_context(prompt: BasePromptTemplate, context: Sequence[ContentBlock], **variables: Any) -> List[ContentBlock]:
-    """``prompt`` with delivered content, images and all, where its one ``{context}`` is: a template
-    formats text only, so the content goes between the prompt's text before and after that spot."""
+def prompt_messages(prompt: BasePromptTemplate, context: Sequence[ContentBlock], llm: Optional[LLM] = None,
+                    **variables: Any) -> List[ChatMessage]:
+    """``prompt`` as the chat messages to send, with delivered content, images and all, where its one
+    ``{context}`` is. A text template is one user message, a ``ChatPromptTemplate`` its own messages
+    (a selector picks by ``llm``); templates format text only, so the content goes between the text
+    before and after that spot."""
     sentinel = "\x00vmem-context\x00"
-    before, _, after = prompt.format(context=sentinel, **variables).partition(sentinel)
-    return merge_text([TextBlock(text=before), *context, TextBlock(text=after)])
+
+    def filled(block: ContentBlock) -> List[ContentBlock]:
+        if not (isinstance(block, TextBlock) and sentinel in block.text):
+            return [block]
+        before, _, after = block.text.partition(sentinel)
+        return [TextBlock(text=before), *context, TextBlock(text=after)]
+
+    return [message.model_copy(update={"blocks": merge_text([part for block in message.blocks for part in filled(block)])})
+            for message in prompt.format_messages(llm=llm, context=sentinel, **variables)]
+
+
+def messages_tokens(messages: Sequence[ChatMessage]) -> int:
+    """Chat messages' size, each counted as ``content_tokens`` counts delivered content."""
+    return sum(content_tokens(m.blocks) for m in messages)
 
 
 def block_groups(nodes: Sequence[NodeWithScore]) -> List[List[NodeWithScore]]:

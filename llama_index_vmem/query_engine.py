@@ -1,8 +1,9 @@
 """Answering over a memory with the paper's prompts: answer, conflict, and the attached-image note.
 
 The prompt's ``{context}`` is filled by the delivery stage: text only, or text with labelled pixels
-(``delivery="pixels"``, the default for models known to see images). The call is one user chat
-message whose blocks are the prompt text around the delivered content.
+(``delivery="pixels"``, the default for models known to see images). A text prompt is sent as one
+user chat message whose blocks are the prompt text around the delivered content; a
+``ChatPromptTemplate`` as its own messages, the content in the one that holds ``{context}``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Dict, List, Optional, Tuple, Union
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
-from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, TextBlock
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, TextBlock
 from llama_index.core.base.response.schema import RESPONSE_TYPE, AsyncStreamingResponse, Response, StreamingResponse
 from llama_index.core.callbacks.schema import CBEventType, EventPayload
 from llama_index.core.llms import LLM
@@ -22,7 +23,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
 from . import schema
 from .errors import VMemInputError
-from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, content_tokens, default_mode, fit, head, prompt_with_context
+from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, content_tokens, default_mode, fit, head, messages_tokens, prompt_messages
 from .messages import local_query
 from .postprocessor import NeighborRoundPostprocessor
 from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, IMAGE_NOTE_PROMPT
@@ -36,9 +37,9 @@ _PROMPT_VARIABLES = {"answer_prompt": ("context", "question"), "conflict_prompt"
 
 @dataclass
 class AnswerRequest:
-    """One answer call, ready to send: the prompt message, the delivered blocks' nodes, and why."""
+    """One answer call, ready to send: the prompt's messages, the delivered blocks' nodes, and why."""
 
-    message: ChatMessage
+    messages: List[ChatMessage]
     nodes: List[NodeWithScore]
     metadata: Dict[str, Any]
 
@@ -102,19 +103,19 @@ class VMemQueryEngine(BaseQueryEngine):
         return self.postprocessor.postprocess_nodes(self.retriever.retrieve(query_bundle), query_bundle)
 
     def _content(self, prompt: BasePromptTemplate, query_bundle: QueryBundle, result: RetrievalResult,
-                 nodes: List[NodeWithScore], room: int) -> Tuple[List[ContentBlock], List[NodeWithScore]]:
-        """The prompt's text around the delivered blocks (and the attached-image note), as one message
-        within ``room`` tokens, and the nodes delivered: blocks that would not fit are left out, least
+                 nodes: List[NodeWithScore], room: int) -> Tuple[List[ChatMessage], List[NodeWithScore]]:
+        """The prompt's messages around the delivered blocks (and the attached-image note), within
+        ``room`` tokens, and the nodes delivered: blocks that would not fit are left out, least
         relevant first, and a best block too long alone is cut after a whole line."""
         note: List[ContentBlock] = []
         if query_bundle.image_path or schema.query_image_caption(query_bundle):
             note.append(TextBlock(text=f"\n\n{self._image_note(query_bundle, result)}"))
-        budget = room - content_tokens(prompt_with_context(prompt, note, question=query_bundle.query_str))
+        budget = room - messages_tokens(prompt_messages(prompt, note, self.llm, question=query_bundle.query_str))
         nodes = fit(nodes, budget, self.deliverer.mode is DeliveryMode.PIXELS)
         context = self.deliverer.deliver(nodes, query_bundle)
         if content_tokens(context) > budget:
             context = head(context, budget)
-        return prompt_with_context(prompt, context + note, question=query_bundle.query_str), nodes
+        return prompt_messages(prompt, context + note, self.llm, question=query_bundle.query_str), nodes
 
     def _image_note(self, query_bundle: QueryBundle, result: RetrievalResult) -> str:
         caption = schema.query_image_caption(query_bundle) or _NO_DESCRIPTION
@@ -137,9 +138,9 @@ class VMemQueryEngine(BaseQueryEngine):
         nodes = self.postprocessor.postprocess_nodes(result.nodes, query_bundle)
         prompt = self._prompts["conflict_prompt" if result.plan.answer_prompt == "conflict" else "answer_prompt"]
         room = self.llm.metadata.context_window - REPLY_TOKENS - reserved
-        content, nodes = self._content(prompt, query_bundle, result, nodes, room)
+        messages, nodes = self._content(prompt, query_bundle, result, nodes, room)
         return AnswerRequest(
-            message=ChatMessage(role=MessageRole.USER, blocks=content),
+            messages=messages,
             nodes=nodes,
             metadata={
                 "case": result.plan.case.value,
@@ -155,10 +156,10 @@ class VMemQueryEngine(BaseQueryEngine):
             request = self.prepare(query_bundle)
             if self.streaming:
                 trim = _Trim()
-                deltas = (trim(chunk.delta or "") for chunk in self.llm.stream_chat([request.message]))
+                deltas = (trim(chunk.delta or "") for chunk in self.llm.stream_chat(request.messages))
                 response = StreamingResponse((d for d in deltas if d), source_nodes=request.nodes, metadata=request.metadata)
             else:
-                response = _response(request, self.llm.chat([request.message]))
+                response = _response(request, self.llm.chat(request.messages))
             event.on_end(payload={EventPayload.RESPONSE: response})
         return response
 
@@ -166,10 +167,10 @@ class VMemQueryEngine(BaseQueryEngine):
         with self.callback_manager.event(CBEventType.QUERY, payload={EventPayload.QUERY_STR: query_bundle.query_str}) as event:
             request = await asyncio.to_thread(self.prepare, query_bundle)
             if self.streaming:
-                stream = await self.llm.astream_chat([request.message])
+                stream = await self.llm.astream_chat(request.messages)
                 response = AsyncStreamingResponse(_adeltas(stream), source_nodes=request.nodes, metadata=request.metadata)
             else:
-                response = _response(request, await self.llm.achat([request.message]))
+                response = _response(request, await self.llm.achat(request.messages))
             event.on_end(payload={EventPayload.RESPONSE: response})
         return response
 
@@ -207,13 +208,13 @@ async def _adeltas(stream: AsyncGenerator[ChatResponse, None]) -> AsyncGenerator
 def _check_prompt(key: str, prompt: BasePromptTemplate) -> None:
     """Refuse a prompt the engine would send half-filled: one without the variables it fills (a
     stock ``{context_str}`` prompt), or with ``{context}`` twice (the context, images and all, goes
-    in one place), or a chat template (it would reach the model as one user message, its roles as
-    text). The prompt is filled as the engine fills it, so a variable named through
-    ``template_var_mappings`` counts under the engine's name."""
-    if isinstance(prompt, ChatPromptTemplate):
-        raise VMemInputError(f"prompt {key}", "must be a text template (PromptTemplate), not a ChatPromptTemplate: "
-                                              "the prompt is sent as one user message; give a system prompt to the LLM")
+    in one place), or an image note as a chat template (the note is text inside the answer's
+    context, so its roles would reach the model as text). The prompt is filled as the engine fills
+    it, so a variable named through ``template_var_mappings`` counts under the engine's name."""
     required = _PROMPT_VARIABLES[key]
+    if isinstance(prompt, ChatPromptTemplate) and "context" not in required:
+        raise VMemInputError(f"prompt {key}", "must be a text template (PromptTemplate), not a ChatPromptTemplate: "
+                                              "the image note is text the engine puts inside the answer prompt's context")
     sentinels = {v: f"\x00vmem-{v}\x00" for v in required}
     text = prompt.format(**sentinels)
     missing = [v for v in required if sentinels[v] not in text]

@@ -361,6 +361,22 @@ def test_chat_engine_sends_the_chat_history_before_the_answer_prompt(make_index,
     assert messages[-1].content.startswith("You are answering a question using a person’s conversation history.")
 
 
+def test_a_chat_answer_prompts_system_message_goes_ahead_of_the_history_and_its_question_after(make_index, photos):
+    """A system message in the middle of a conversation is refused or misread by many chat APIs."""
+    from llama_index.core.prompts import ChatPromptTemplate
+
+    llm = ScriptedLLM(default="Sure.")
+    prompt = ChatPromptTemplate.from_messages([("system", "Answer from the memory below."),
+                                               ("user", "Memory:\n{context}\n\nQuestion: {question}")])
+    engine = _memory(make_index, photos).as_chat_engine(llm=llm, system_prompt="Be brief.", answer_prompt=prompt)
+    engine.chat("Where did I move to?")
+    engine.chat("And what is my cat called?")
+    messages = llm.chats[-1]
+    assert [m.role for m in messages] == ["system", "system", "user", "assistant", "user"]
+    assert [m.content for m in messages[:4]] == ["Be brief.", "Answer from the memory below.", "Where did I move to?", "Sure."]
+    assert messages[-1].content.startswith("Memory:\n[seen ") and messages[-1].content.endswith("Question: And what is my cat called?")
+
+
 def test_chat_engine_retrieves_with_the_attached_image(make_index, photos):
     index = _memory(make_index, photos)
     llm = ScriptedLLM(default="That is Mochi.")

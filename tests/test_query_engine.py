@@ -4,11 +4,14 @@ import asyncio
 import re
 
 import pytest
+from llama_index.core.base.llms.types import ImageBlock, MessageRole, TextBlock
 from llama_index.core.llms import MockLLM
 from llama_index.core.prompts import PromptTemplate
 
 from llama_index_vmem import VMemInputError, VMemQueryBundle
-from llama_index_vmem.prompts import ANSWER_PROMPT
+from llama_index_vmem.delivery import content_tokens
+from llama_index_vmem.prompts import ANSWER_PROMPT, IMAGE_NOTE_PROMPT
+from llama_index_vmem.query_engine import REPLY_TOKENS
 
 
 def _memory(make_index, photos):
@@ -153,19 +156,59 @@ def test_a_prompt_the_engine_would_send_half_filled_is_refused(make_index, photo
     assert engine.get_prompts()["answer_prompt"].get_template() == ANSWER_PROMPT.get_template(), "the prompt in use stays"
 
 
-def test_a_chat_prompt_template_is_refused_not_flattened_into_one_user_message(make_index, photos, scripted_llm):
-    """The answer goes as one user message, so a ChatPromptTemplate's system message would reach the
-    model as user text prefixed "system:"."""
+def _chat_prompt():
+    from llama_index.core.prompts import ChatPromptTemplate
+
+    return ChatPromptTemplate.from_messages([("system", "You are Ada. Answer in French."),
+                                             ("user", "Context:\n{context}\n\nQuestion: {question}")])
+
+
+@pytest.mark.parametrize("delivery", ["text", "pixels"])
+def test_a_chat_prompt_template_is_sent_as_its_own_messages_with_the_context_where_it_names_it(make_index, photos, scripted_llm, delivery):
+    """A system message stays a system message (flattened into one user message it would reach the
+    model as user text prefixed "system:"), and the delivered pictures go in the message that holds {context}."""
+    llm = scripted_llm(default="Mochi")
+    engine = _memory(make_index, photos).as_query_engine(llm=llm, delivery=delivery, answer_prompt=_chat_prompt())
+    response = engine.query("Show me the photo of my cat")
+    system, user = llm.chats[-1]
+    assert (system.role, system.content) == (MessageRole.SYSTEM, "You are Ada. Answer in French.")
+    assert user.role == MessageRole.USER
+    text = "".join(b.text for b in user.blocks if isinstance(b, TextBlock))
+    assert text.startswith("Context:\n[seen 2024-06-17, session D1, rounds D1:1 to D1:2]")
+    assert text.endswith("Question: Show me the photo of my cat")
+    assert sum(isinstance(b, ImageBlock) for b in user.blocks) == (1 if delivery == "pixels" else 0)
+    assert str(response) == "Mochi" and response.source_nodes
+
+
+def test_a_chat_prompt_templates_messages_count_against_the_window(make_index, scripted_llm):
+    """The system message is sent, so it is counted: the context shrinks to leave it room, and the
+    system message and the question are never cut."""
+    from llama_index.core.prompts import ChatPromptTemplate
+
+    system = "You are Ada, a careful assistant who answers briefly. " * 300
+    prompt = ChatPromptTemplate.from_messages([("system", system), ("user", "Context:\n{context}\n\nQuestion: {question}")])
+    index = _long_days(make_index)
+    small, large = _window_llm(scripted_llm, 6000), _window_llm(scripted_llm, 100_000)
+    index.as_query_engine(llm=small, answer_prompt=prompt).query("What did my cat chase?")
+    index.as_query_engine(llm=large, answer_prompt=prompt).query("What did my cat chase?")
+    assert sum(content_tokens(m.blocks) for m in small.chats[-1]) <= 6000 - REPLY_TOKENS
+    assert sum(content_tokens(m.blocks) for m in large.chats[-1]) > 6000 - REPLY_TOKENS
+    [sent_system, sent], [_, whole] = small.chats[-1], large.chats[-1]
+    assert sent_system.content == system and sent.content.endswith("Question: What did my cat chase?")
+    assert 0 < sent.content.count("[session ") < whole.content.count("[session ")
+
+
+def test_an_image_note_as_a_chat_prompt_template_is_refused(make_index, photos, scripted_llm):
+    """The note is text the engine puts inside the answer's context: a chat template's roles would reach the model as text."""
     from llama_index.core.prompts import ChatPromptTemplate
 
     engine = _memory(make_index, photos).as_query_engine(llm=scripted_llm(default="ok"))
-    chat = ChatPromptTemplate.from_messages([("system", "You are Ada. Answer in French."),
-                                             ("user", "Context:\n{context}\n\nQuestion: {question}")])
-    for key in ("answer_prompt", "image_note_prompt"):
+    note = ChatPromptTemplate.from_messages([("system", "Be brief."), ("user", "The user attached: {query_caption}")])
+    for key in ("image_note_prompt", "image_note_matched_prompt"):
         with pytest.raises(VMemInputError, match="not a ChatPromptTemplate") as caught:
-            engine.update_prompts({key: chat})
+            engine.update_prompts({key: note})
         assert caught.value.item == f"prompt {key}"
-    assert engine.get_prompts()["answer_prompt"].get_template() == ANSWER_PROMPT.get_template(), "the prompt in use stays"
+    assert engine.get_prompts()["image_note_prompt"].get_template() == IMAGE_NOTE_PROMPT.get_template(), "the prompt in use stays"
 
 
 def test_a_prompt_naming_the_variables_through_template_var_mappings_is_accepted_and_filled(make_index, photos, scripted_llm):

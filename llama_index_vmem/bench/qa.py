@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
+from llama_index.core.base.llms.types import TextBlock
 from llama_index.core.llms import LLM
 
-from ..delivery import ContentBlock, prompt_with_context
+from ..delivery import ContentBlock, prompt_messages
 from ..prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_PROMPT, LOCOMO_GRADER_PROMPT
 from ..router import ModalityRouter
 from .data import BenchQuestion
@@ -34,8 +34,8 @@ def answer(llm: LLM, question: BenchQuestion, context: str, router: ModalityRout
         note = "\n\n" + IMAGE_NOTE_PROMPT.format(query_caption=question.image_caption or "an image (no description was given)")
     if content is None:
         return llm.predict(prompt, context=context + note, question=question.question).strip()
-    blocks = prompt_with_context(prompt, [*content, TextBlock(text=note)], question=question.question)
-    return (llm.chat([ChatMessage(role=MessageRole.USER, blocks=blocks)]).message.content or "").strip()
+    messages = prompt_messages(prompt, [*content, TextBlock(text=note)], llm, question=question.question)
+    return (llm.chat(messages).message.content or "").strip()
 
 
 def parse_memgallery_judge(reply: str) -> float:
