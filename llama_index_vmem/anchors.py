@@ -31,7 +31,7 @@ from llama_index.core.utils import globals_helper
 from pydantic import PrivateAttr
 
 from .images import is_url
-from .prompts import ENRICHED_ANCHOR_PROMPT, HYPO_CAPTION_PROMPT
+from .prompts import ENRICHED_ANCHOR_PROMPT, HYPO_CAPTION_PROMPT, check_prompt
 from .schema import is_utf8, visible
 
 
@@ -47,6 +47,8 @@ class _CachedAnchorTransform(BaseQueryTransform):
     def __init__(self, llm: LLM, prompt: Optional[BasePromptTemplate] = None) -> None:
         super().__init__()
         self._llm = llm
+        if prompt is not None:
+            check_prompt(self.prompt_key, prompt)
         self._prompt = prompt or self.default_prompt()
         self._cache = {}
         self._lock = threading.Lock()
@@ -60,6 +62,7 @@ class _CachedAnchorTransform(BaseQueryTransform):
 
     def _update_prompts(self, prompts: PromptDictType) -> None:
         if self.prompt_key in prompts:
+            check_prompt(self.prompt_key, prompts[self.prompt_key])
             self._prompt = prompts[self.prompt_key]
             self._cache.clear()
 

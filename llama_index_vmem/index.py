@@ -15,9 +15,10 @@ import logging
 import tempfile
 import threading
 from dataclasses import replace
+from datetime import date
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from llama_index.core import Settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -56,6 +57,28 @@ def _write_lock(store: LaneStore, memory_id: str) -> threading.Lock:
     """One lock per stored memory in this process, shared by every handle open on it."""
     with _write_locks_guard:
         return _write_locks.setdefault((store.identity, memory_id), threading.Lock())
+
+
+#: What ``as_query_engine`` and ``as_chat_engine`` take for themselves; the rest goes to the retriever.
+_ENGINE_OPTIONS = frozenset({"answer_prompt", "conflict_prompt", "image_note_prompt", "image_note_matched_prompt",
+                             "delivery", "image_budget", "streaming"})
+_CHAT_OPTIONS = frozenset({"memory", "chat_history", "system_prompt", "session_id"})
+
+
+def _retriever_options() -> Set[str]:
+    from .retriever import VMemRetriever
+
+    own = set(inspect.signature(VMemRetriever.__init__).parameters) - {"self", "index", "config"}
+    return own | set(VMemConfig.__dataclass_fields__) | {"similarity_top_k"}
+
+
+def _check_options(kwargs: Mapping[str, Any], accepted: Mapping[str, Iterable[str]]) -> None:
+    """A misspelt option fails where it is given, naming what each layer takes: engines pass the
+    options they do not take down to the retriever, whose own list would leave theirs out."""
+    unknown = sorted(set(kwargs) - set().union(*accepted.values()))
+    if unknown:
+        raise TypeError(f"unsupported option(s) {unknown}; "
+                        + "; ".join(f"{what} takes {', '.join(sorted(names))}" for what, names in accepted.items()))
 
 
 def _highest_defaults(store: LaneStore, memory_id: str) -> Dict[str, int]:
@@ -215,7 +238,7 @@ class VMemIndex:
         assistant: str = "",
         images: Optional[Sequence[Mapping[str, Any]]] = None,
         session_id: Optional[str] = None,
-        timestamp: Optional[str] = None,
+        timestamp: Optional[Union[str, date]] = None,
         round_key: Optional[str] = None,
         audio: Optional[Sequence[str]] = None,
     ) -> TextNode:
@@ -234,13 +257,13 @@ class VMemIndex:
         return self._commit(inputs)
 
     def add_messages(
-        self, messages: Sequence[ChatMessage], session_id: Optional[str] = None, timestamp: Optional[str] = None
+        self, messages: Sequence[ChatMessage], session_id: Optional[str] = None, timestamp: Optional[Union[str, date]] = None
     ) -> List[TextNode]:
         """Append a chat transcript: each user message and the assistant reply after it is a round."""
         return self.add_round_inputs(self.rounds_from_messages(messages, session_id=session_id, timestamp=timestamp))
 
     def rounds_from_messages(
-        self, messages: Sequence[ChatMessage], session_id: Optional[str] = None, timestamp: Optional[str] = None
+        self, messages: Sequence[ChatMessage], session_id: Optional[str] = None, timestamp: Optional[Union[str, date]] = None
     ) -> List[RoundInput]:
         """Check and split chat messages into rounds as ``add_messages`` does, storing nothing (audio
         is transcribed here), so a chat engine can refuse a turn before its LLM answers it."""
@@ -265,8 +288,13 @@ class VMemIndex:
 
     def _commit(self, inputs: List[RoundInput]) -> List[TextNode]:
         check_text(inputs)
+        unreadable = sorted({r.timestamp for r in inputs if r.timestamp and lifecycle.read_time(r.timestamp) is None})
+        if unreadable:  # stored and shown as given, but a time range can never select these rounds
+            logger.warning("memory %s: timestamp(s) %s are not dates the time filters read: since/until will not "
+                           "select their rounds (give a date with its year, or a datetime)",
+                           self.memory_id, ", ".join(map(repr, unreadable[:5])))
         # fetched and decoded outside the lock: a slow URL holds up no other writer of this memory
-        inputs = [self._parser.load_images(r, f"round {r.round_key or i}", r.round_key) for i, r in enumerate(inputs)]
+        inputs = [self._parser.load_images(r, r.item(i), r.round_key) for i, r in enumerate(inputs)]
         with _write_lock(self.store, self.memory_id):
             last = self._last_seq()
             self._sweep_unfinished(last)
@@ -363,11 +391,25 @@ class VMemIndex:
         return {h.payload[schema.ROUND_KEY] for h in self.store.scroll(Collection.ROUNDS, self.scope(round_ids=ids))} if ids else set()
 
     def _reject_existing(self, parsed: List[ParsedRound]) -> None:
+        """Refuse a round key, or an image id, that another round already has: an id names one
+        picture, or the answering model is shown two pictures under one label and cannot say which
+        it means (a round's own images are checked apart when it is parsed)."""
         ids = tuple(p.round_node.node_id for p in parsed)
         existing = self.store.scroll(Collection.ROUNDS, self.scope(round_ids=ids))
         if existing:
             key = existing[0].payload[schema.ROUND_KEY]
             raise VMemInputError(f"round {key}", "a round with this key is already stored in this memory")
+        owners: Dict[str, ParsedRound] = {}
+        for p in parsed:
+            for image_id in p.round_node.metadata.get(schema.IMAGE_IDS, []):
+                if image_id in owners:
+                    raise VMemInputError(f"{p.item} image {image_id}", f"{owners[image_id].item} of this call has an image with this id")
+                owners[image_id] = p
+        stored = self.store.scroll(Collection.ROUNDS, self.scope(image_ids=tuple(owners))) if owners else []
+        if stored:
+            image_id = next(i for i in stored[0].payload[schema.IMAGE_IDS] if i in owners)
+            raise VMemInputError(f"{owners[image_id].item} image {image_id}",
+                                 f"an image with this id is already stored, in round {stored[0].payload[schema.ROUND_KEY]}")
 
     def _rollback(self, round_ids: List[str], written: List[Path]) -> None:
         scope = self.scope(round_ids=tuple(round_ids))
@@ -554,13 +596,8 @@ class VMemIndex:
             if kwargs.get("k", top_k) != top_k:
                 raise VMemInputError("similarity_top_k", f"is another name for k; got k={kwargs['k']} and similarity_top_k={top_k}")
             kwargs["k"] = top_k
-        config_fields = set(VMemConfig.__dataclass_fields__)
-        overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in config_fields}
-        options = set(inspect.signature(VMemRetriever.__init__).parameters) - {"self", "index", "config"}
-        unknown = sorted(set(kwargs) - options)
-        if unknown:  # say what is accepted: engines pass their unknown options down to here
-            raise TypeError(f"unsupported option(s) {unknown}; a V-Mem retriever takes VMemConfig fields "
-                            f"({', '.join(sorted(config_fields))}) and {', '.join(sorted(options))}")
+        _check_options(kwargs, {"a V-Mem retriever": _retriever_options()})
+        overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in VMemConfig.__dataclass_fields__}
         router = kwargs.get("router")
         if router is not None and not callable(getattr(router, "route", None)):  # else each query fails on it
             raise VMemInputError("router", f"must be a ModalityRouter (or have its route(query, config)), got {type(router).__name__}")
@@ -573,10 +610,9 @@ class VMemIndex:
         from .delivery import DeliveryMode
         from .query_engine import VMemQueryEngine
 
+        _check_options(kwargs, {"the query engine": _ENGINE_OPTIONS, "its retriever": _retriever_options()})
         llm = llm or self.llm or _settings_llm()
-        engine_keys = {"answer_prompt", "conflict_prompt", "image_note_prompt", "image_note_matched_prompt", "delivery",
-                       "image_budget", "streaming"}
-        engine_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in engine_keys}
+        engine_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in _ENGINE_OPTIONS}
         delivery = engine_kwargs.get("delivery")
         if delivery is not None and delivery not in tuple(DeliveryMode):  # the engine's enum lookup names no option
             raise VMemInputError("delivery", f"must be one of {', '.join(m.value for m in DeliveryMode)}, got {delivery!r}")
@@ -588,6 +624,8 @@ class VMemIndex:
         the rest to ``as_query_engine``."""
         from .chat_engine import VMemChatEngine
 
+        _check_options(kwargs, {"the chat engine": _CHAT_OPTIONS, "its query engine": _ENGINE_OPTIONS,
+                                "its retriever": _retriever_options()})
         return VMemChatEngine.from_defaults(self, llm=llm, **kwargs)
 
     def optimize(self) -> None:

@@ -83,7 +83,7 @@ def select(index: "VMemIndex", selection: Selection) -> List[Hit]:
     until = _as_time("until", selection.until) if selection.until is not None else None
     out = []
     for h in hits:
-        seen = _read_time(h.payload.get(schema.TIMESTAMP))
+        seen = read_time(h.payload.get(schema.TIMESTAMP))
         if seen is not None and (since is None or seen >= since) and (until is None or seen < until):
             out.append(h)
     return out
@@ -243,13 +243,13 @@ def _check_id(item: str, value: object) -> Optional[str]:
 
 
 def _as_time(name: str, value: TimeLike) -> datetime:
-    seen = _read_time(value)
+    seen = read_time(value)
     if seen is None:
         raise VMemInputError(name, f"is not a date or time: {value!r}")
     return seen
 
 
-def _read_time(value: object) -> Optional[datetime]:
+def read_time(value: object) -> Optional[datetime]:
     """A naive datetime (a date means its midnight), or None when ``value`` is not one.
 
     What a string leaves out is its period's start ("2024" is 1 January 2024, "June 2024" is

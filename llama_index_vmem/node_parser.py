@@ -9,10 +9,11 @@ the index writes their bytes when it commits the round.
 
 from __future__ import annotations
 
+import datetime
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from llama_index.core.base.llms.types import AudioBlock, ChatMessage, ImageBlock, MessageRole, TextBlock
 from llama_index.core.node_parser.interface import NodeParser
@@ -67,6 +68,14 @@ class RoundInput:
     session_id: Optional[str] = None
     timestamp: Optional[str] = None
     round_key: Optional[str] = None
+    #: What the caller gave it as (``round 3``, ``message 4``): errors name that, not a default key
+    #: the caller never saw.
+    origin: Optional[str] = field(default=None, compare=False, repr=False)
+
+    def item(self, fallback: Union[int, str]) -> str:
+        """How errors name this round: as the caller gave it, else by its key, else ``fallback``
+        (its place in the call, or the default key it is about to get)."""
+        return self.origin or f"round {_printable(self.round_key[:200]) if self.round_key else fallback}"
 
 
 @dataclass
@@ -76,6 +85,8 @@ class ParsedRound:
     round_node: TextNode
     units: List[TextNode]
     pending_images: Dict[Path, images.LoadedImage]
+    #: How errors name the round (``RoundInput.item``).
+    item: str = ""
 
     @property
     def round_key(self) -> str:
@@ -107,7 +118,7 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
         raise VMemInputError(item, f"a round must be a dict, got {type(data).__name__}")
     key = data.get("round_key")
     if isinstance(key, (str, int)) and not isinstance(key, bool) and visible(str(key)):
-        item = f"round {key}"
+        item = f"round {_printable(str(key)[:200])}"
     known = {"user", "assistant", "images", "audio", "session_id", "timestamp", "round_key"}
     unknown = set(data) - known
     if unknown:
@@ -149,8 +160,9 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
         images=parsed_images,
         audio_transcripts=list(audio),
         session_id=optional_str(item, "session_id", data.get("session_id"), empty_ok=False),
-        timestamp=optional_str(item, "timestamp", data.get("timestamp")),
+        timestamp=optional_timestamp(item, data.get("timestamp")),
         round_key=optional_str(item, "round_key", data.get("round_key"), empty_ok=False),
+        origin=item,
     )
 
 
@@ -165,6 +177,14 @@ def optional_str(item: str, name: str, value: Any, empty_ok: bool = True) -> Opt
     if not empty_ok and not visible(str(value)):
         raise VMemInputError(item, f"'{name}' must have a visible character (leave it out for the default)")
     return str(value)
+
+
+def optional_timestamp(item: str, value: Any) -> Optional[str]:
+    """A round's timestamp as stored: text as given, a ``datetime`` or ``date`` in ISO 8601, which
+    the time filters read back."""
+    if isinstance(value, datetime.date):  # a datetime is a date too
+        return value.isoformat()
+    return optional_str(item, "timestamp", value)
 
 
 def optional_text(item: str, name: str, value: Any) -> Optional[str]:
@@ -191,7 +211,7 @@ def check_text(rounds: Sequence[RoundInput]) -> None:
         fields.update({f"audio {n}": text for n, text in enumerate(r.audio_transcripts)})
         for n, img in enumerate(r.images):
             fields.update({f"image {n} image_id": img.image_id, f"image {n} caption": img.caption})
-        item = f"round {_printable(r.round_key[:200]) if r.round_key else i}"
+        item = r.item(i)
         for name, value in fields.items():
             if not isinstance(value, str):
                 continue
@@ -269,7 +289,7 @@ class RoundNodeParser(NodeParser):
         self,
         messages: Sequence[ChatMessage],
         session_id: Optional[str] = None,
-        timestamp: Optional[str] = None,
+        timestamp: Optional[Union[str, datetime.date]] = None,
     ) -> List[RoundInput]:
         """Pair each user message with the assistant message after it.
 
@@ -281,7 +301,7 @@ class RoundNodeParser(NodeParser):
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise VMemInputError("messages", f"must be a list of ChatMessage, got {type(messages).__name__}")
         session_id = optional_str("messages", "session_id", session_id, empty_ok=False)
-        timestamp = optional_str("messages", "timestamp", timestamp)
+        timestamp = optional_timestamp("messages", timestamp)
         rounds: List[RoundInput] = []
         awaiting_reply = False
         for i, msg in enumerate(messages):
@@ -293,12 +313,14 @@ class RoundNodeParser(NodeParser):
             if msg.role == MessageRole.USER:
                 if awaiting_reply:
                     raise VMemInputError(item, "two user messages in a row: a round is a user message then an assistant reply")
-                rounds.append(RoundInput(session_id=session_id, timestamp=timestamp))
+                asked_at = i
+                rounds.append(RoundInput(session_id=session_id, timestamp=timestamp, origin=item))
                 self._fill_from_message(item, msg, rounds[-1], schema.Role.USER.value)
             elif msg.role in ASSISTANT_ROLES:
                 if not awaiting_reply:
                     raise VMemInputError(item, "assistant message without a user message before it")
                 self._fill_from_message(item, msg, rounds[-1], schema.Role.ASSISTANT.value)
+                rounds[-1].origin = f"messages {asked_at}-{i}"  # the exchange, from its user message to this reply
             else:
                 known = ", ".join(r.value for r in (MessageRole.USER, *ASSISTANT_ROLES, *INSTRUCTION_ROLES))
                 raise VMemInputError(item, f"role {msg.role.value!r} is not one of {known}")
@@ -344,6 +366,10 @@ class RoundNodeParser(NodeParser):
                 n_audio += 1
             else:
                 raise VMemInputError(item, f"unsupported content block {type(block).__name__}")
+        for name, given, blocks in (("image_ids", ids, n_img), ("image_captions", captions, n_img), ("transcripts", transcripts, n_audio)):
+            if len(given) > blocks:  # an entry for no block: a list out of step with its blocks, or a block lost
+                raise VMemInputError(item, f"additional_kwargs[{name!r}] has {len(given)} entries for {blocks} "
+                                           f"{'audio' if name == 'transcripts' else 'image'} block(s): one per block, in order")
         text = "\n".join(t for t in texts if visible(t))
         if role == schema.Role.USER.value:
             target.user = text
@@ -388,7 +414,7 @@ class RoundNodeParser(NodeParser):
     def _parse_round(self, r: RoundInput, seq: int) -> ParsedRound:
         session = r.session_id
         key = r.round_key or default_round_key(session, seq)
-        item = f"round {key}"
+        item = r.item(key)
         rid = schema.round_id(self.memory_id, key)
         shared = {
             schema.MEMORY_ID: self.memory_id,
@@ -431,7 +457,7 @@ class RoundNodeParser(NodeParser):
         round_node.relationships[NodeRelationship.CHILD] = [RelatedNodeInfo(node_id=u.node_id) for u in units]
         for u in units:
             u.relationships[NodeRelationship.PARENT] = RelatedNodeInfo(node_id=rid)
-        return ParsedRound(round_node=round_node, units=units, pending_images=pending)
+        return ParsedRound(round_node=round_node, units=units, pending_images=pending, item=item)
 
     def _fence(self) -> Optional[images.Fence]:
         return images.Fence.around(Path(self.image_dir)) if self.image_dir else None

@@ -1,10 +1,16 @@
-"""Every prompt V-Mem sends, verbatim from the paper's Appendix C (line breaks unwrapped).
+"""Every prompt V-Mem sends, verbatim from the paper's Appendix C (line breaks unwrapped), and
+what a replacement must fill.
 
 Users swap them through ``get_prompts()`` / ``update_prompts()`` on the query engine and the
 anchor transforms; nothing else in the package holds prompt text.
 """
 
-from llama_index.core.prompts import PromptTemplate
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+from llama_index.core.prompts import BasePromptTemplate, ChatPromptTemplate, PromptTemplate
+
+from .errors import VMemInputError
 
 ANSWER_PROMPT = PromptTemplate(
     "You are answering a question using a person’s conversation history.\n"
@@ -139,3 +145,59 @@ LOCOMO_GRADER_PROMPT = PromptTemplate(
     "\n"
     "Just return the label CORRECT or WRONG in a json format with the key as \"label\"."
 )
+
+
+@dataclass(frozen=True)
+class PromptSlot:
+    """What the engine fills a replaceable prompt with, and how it sends it."""
+
+    required: Tuple[str, ...]
+    optional: Tuple[str, ...] = ()
+    #: Why the prompt must be a text template, where it is sent as text inside another message (a
+    #: chat template's roles would reach the model as text); None where it is sent as messages.
+    text_only: Optional[str] = None
+
+
+_NOTE = "the image note is text the engine puts inside the answer prompt's context"
+#: Every replaceable prompt, by its ``get_prompts()`` key (the anchors' without their module prefix).
+PROMPT_SLOTS: Dict[str, PromptSlot] = {
+    "answer_prompt": PromptSlot(("context", "question")),
+    "conflict_prompt": PromptSlot(("context", "question")),
+    "image_note_prompt": PromptSlot(("query_caption",), text_only=_NOTE),
+    "image_note_matched_prompt": PromptSlot(("query_caption",), ("image_id", "caption"), text_only=_NOTE),
+    "hypo_caption_prompt": PromptSlot(("q",)),
+    "enriched_anchor_prompt": PromptSlot(("q",), text_only="the prompt goes in one message with the attached image"),
+}
+
+
+def check_prompt(key: str, prompt: Any) -> None:
+    """Refuse a prompt the engine would send half-filled or not at all: not a prompt template, one
+    without the variables the engine fills (a stock ``{context_str}`` prompt) or with others it
+    never fills (they would reach the model as literal braces), ``{context}`` twice (the context,
+    images and all, goes in one place), or a chat template where the prompt is sent as text. A
+    variable named through ``template_var_mappings`` counts under the engine's name; one given by
+    ``partial_format`` or a function mapping is filled."""
+    slot = PROMPT_SLOTS[key]
+    item = f"prompt {key}"
+    if not isinstance(prompt, BasePromptTemplate):
+        raise VMemInputError(item, f"must be a PromptTemplate or ChatPromptTemplate, got {type(prompt).__name__}")
+    if isinstance(prompt, ChatPromptTemplate) and slot.text_only:
+        raise VMemInputError(item, f"must be a text template (PromptTemplate), not a ChatPromptTemplate: {slot.text_only}")
+    sentinels = {v: f"\x00vmem-{v}\x00" for v in slot.required}
+    text = prompt.format(**sentinels)
+    missing = [v for v in slot.required if sentinels[v] not in text]
+    if missing:
+        raise VMemInputError(item, f"must use {_braced(missing)}; it uses {prompt.template_vars}")
+    mapped = prompt.template_var_mappings or {}
+    filled = {mapped.get(v, v) for v in slot.required + slot.optional} | set(prompt.kwargs) | set(prompt.function_mappings or {})
+    unknown = [v for v in prompt.template_vars if v not in filled]
+    if unknown:
+        raise VMemInputError(item, f"uses {_braced(unknown)}, which the engine does not fill "
+                                   f"(it fills {_braced(slot.required + slot.optional)}); "
+                                   "give other variables with partial_format")
+    if "context" in slot.required and text.count(sentinels["context"]) != 1:
+        raise VMemInputError(item, "must use {context} once: the delivered context goes there")
+
+
+def _braced(names: Sequence[str]) -> str:
+    return ", ".join("{" + name + "}" for name in names)

@@ -17,22 +17,20 @@ from llama_index.core.base.llms.types import ChatMessage, ChatResponse, TextBloc
 from llama_index.core.base.response.schema import RESPONSE_TYPE, AsyncStreamingResponse, Response, StreamingResponse
 from llama_index.core.callbacks.schema import CBEventType, EventPayload
 from llama_index.core.llms import LLM
-from llama_index.core.prompts import BasePromptTemplate, ChatPromptTemplate
+from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
 from . import schema
-from .errors import VMemInputError
 from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, content_tokens, default_mode, fit, head, messages_tokens, prompt_messages
 from .messages import local_query
 from .postprocessor import NeighborRoundPostprocessor
-from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, IMAGE_NOTE_PROMPT
+from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, IMAGE_NOTE_PROMPT, check_prompt
 from .retriever import RetrievalResult, VMemRetriever, check_query
 
 _NO_DESCRIPTION = "an image (no description was given)"
-#: The variables each prompt is filled with; a replacement must use those it names here.
-_PROMPT_VARIABLES = {"answer_prompt": ("context", "question"), "conflict_prompt": ("context", "question"),
-                     "image_note_prompt": ("query_caption",), "image_note_matched_prompt": ("query_caption",)}
+#: The prompts this engine sends itself (the anchors' are the retriever's).
+_PROMPT_KEYS = ("answer_prompt", "conflict_prompt", "image_note_prompt", "image_note_matched_prompt")
 
 
 @dataclass
@@ -83,9 +81,9 @@ class VMemQueryEngine(BaseQueryEngine):
         return dict(self._prompts)
 
     def _update_prompts(self, prompts: PromptDictType) -> None:
-        ours = {key: prompt for key, prompt in prompts.items() if key in _PROMPT_VARIABLES}
+        ours = {key: prompt for key, prompt in prompts.items() if key in _PROMPT_KEYS}
         for key, prompt in ours.items():
-            _check_prompt(key, prompt)
+            check_prompt(key, prompt)
         self._prompts.update(ours)
 
     def _get_prompt_modules(self) -> PromptMixinType:
@@ -203,23 +201,3 @@ async def _adeltas(stream: AsyncGenerator[ChatResponse, None]) -> AsyncGenerator
         delta = trim(chunk.delta or "")
         if delta:
             yield delta
-
-
-def _check_prompt(key: str, prompt: BasePromptTemplate) -> None:
-    """Refuse a prompt the engine would send half-filled: one without the variables it fills (a
-    stock ``{context_str}`` prompt), or with ``{context}`` twice (the context, images and all, goes
-    in one place), or an image note as a chat template (the note is text inside the answer's
-    context, so its roles would reach the model as text). The prompt is filled as the engine fills
-    it, so a variable named through ``template_var_mappings`` counts under the engine's name."""
-    required = _PROMPT_VARIABLES[key]
-    if isinstance(prompt, ChatPromptTemplate) and "context" not in required:
-        raise VMemInputError(f"prompt {key}", "must be a text template (PromptTemplate), not a ChatPromptTemplate: "
-                                              "the image note is text the engine puts inside the answer prompt's context")
-    sentinels = {v: f"\x00vmem-{v}\x00" for v in required}
-    text = prompt.format(**sentinels)
-    missing = [v for v in required if sentinels[v] not in text]
-    if missing:
-        raise VMemInputError(f"prompt {key}", f"must use {', '.join('{' + v + '}' for v in missing)}; "
-                                              f"it uses {prompt.template_vars}")
-    if "context" in required and text.count(sentinels["context"]) != 1:
-        raise VMemInputError(f"prompt {key}", "must use {context} once: the delivered context goes there")

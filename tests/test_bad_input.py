@@ -10,6 +10,7 @@ first round is valid.
 from __future__ import annotations
 
 import base64
+import copy
 import io
 import os
 from pathlib import Path
@@ -315,16 +316,17 @@ def test_empty_conversation(memory, call, item):
 @pytest.mark.parametrize(
     "call, item",
     [
-        (lambda m, img: m.add_round(), "round R3"),
+        (lambda m, img: m.add_round(), "round 0"),
         (lambda m, img: m.add_round(user="   ", assistant="\n", round_key="D2:5"), "round D2:5"),
         (lambda m, img: m.add_rounds([{"user": "fine", "images": [img], "round_key": "D2:1"},
                                       {"round_key": "D2:2"}]), "round D2:2"),
-        (lambda m, img: m.add_messages([user(""), assistant("")]), "round R3"),
+        (lambda m, img: m.add_messages([user("hi"), assistant("yo"), user(""), assistant("")]), "messages 2-3"),
         (lambda m, img: m.add_round(audio=["", " \n"], round_key="D2:5"), "round D2:5"),
     ],
     ids=["no_arguments", "whitespace_only", "second_round_of_batch", "empty_messages", "blank_transcripts"],
 )
 def test_round_with_neither_text_nor_images(memory, fresh_image, call, item):
+    """A round is named as the caller gave it, never by a default key it would have got (``round R3``)."""
     err = rejected(memory, lambda: call(memory, fresh_image), item=item)
     assert "round is empty" in err.problem
 
@@ -416,7 +418,7 @@ def test_a_default_image_id_moves_past_ids_callers_chose(memory):
         (lambda m: m.add_round(user="x", session_id="s\ud83d"), "round 0", "session_id"),
         (lambda m: m.add_rounds([{"user": "fine", "round_key": "D2:1"}, {"user": "x", "images": [{"caption": "caf\udce9"}]}]),
          "round 1", "image 0 caption"),
-        (lambda m: m.add_messages([user("caf\udce9")]), "round 0", "user"),
+        (lambda m: m.add_messages([user("caf\udce9")]), "message 0", "user"),
     ],
     ids=["user", "round_key", "session_id", "caption_in_second_round", "message"],
 )
@@ -432,7 +434,7 @@ def test_text_that_is_not_utf8(memory, call, item, field):
         (lambda m, big: m.add_round(user=big), "round 0", "user"),
         (lambda m, big: m.add_rounds([{"user": "fine", "round_key": "D2:1"}, {"user": "x", "images": [{"caption": big}]}]),
          "round 1", "image 0 caption"),
-        (lambda m, big: m.add_messages([user("hi"), ChatMessage(role=MessageRole.ASSISTANT, content=big)]), "round 0", "assistant"),
+        (lambda m, big: m.add_messages([user("hi"), ChatMessage(role=MessageRole.ASSISTANT, content=big)]), "messages 0-1", "assistant"),
     ],
     ids=["user", "caption_in_second_round", "message"],
 )
@@ -489,6 +491,11 @@ def test_text_over_the_size_limit_is_refused_by_field(memory, call, item, field)
          "message 0 audio 0", "transcript must be a string, got NoneType"),
         (lambda m: m.add_messages([user(blocks=[TextBlock(text="hi")], additional_kwargs={"image_ids": "CAT_1"})]),
          "message 0", "additional_kwargs['image_ids'] must be a list"),
+        (lambda m: m.add_messages([user(blocks=[TextBlock(text="hi")], additional_kwargs={"image_ids": ["CAT_1"]})]),
+         "message 0", "additional_kwargs['image_ids'] has 1 entries for 0 image block(s)"),
+        (lambda m: m.add_messages([user(blocks=[TextBlock(text="hi"), AudioBlock(audio=b"RIFF")],
+                                        additional_kwargs={"transcripts": ["hello", "world"]})]),
+         "message 0", "additional_kwargs['transcripts'] has 2 entries for 1 audio block(s)"),
         (lambda m: m.add_round_inputs([]), "rounds", "non-empty list of RoundInput"),
         (lambda m: m.add_round_inputs([{"user": "x"}]), "rounds", "non-empty list of RoundInput"),
     ],
@@ -499,12 +506,32 @@ def test_text_over_the_size_limit_is_refused_by_field(memory, call, item, field)
         "round_key_empty", "round_key_blank", "session_id_empty", "add_messages_session_id_empty", "audio_str_in_dict",
         "round_key_invisible", "round_fields_of_mixed_types", "image_fields_of_mixed_types", "audio_int", "audio_dict",
         "image_id_twice_in_a_round", "transcripts_str", "transcript_none", "image_ids_str",
+        "image_ids_for_no_image", "transcripts_past_the_audio",
         "round_inputs_empty", "round_inputs_dicts",
     ],
 )
 def test_wrong_types(memory, call, item, words):
     err = rejected(memory, lambda: call(memory), item=item)
     assert words in err.problem
+
+
+@pytest.mark.parametrize("rounds, item, words", [
+    ([{"user": "my other mug", "round_key": "D2:1", "images": [{"image_id": "D1:IMG_001", "caption": "a blue mug"}]}],
+     "round D2:1 image D1:IMG_001", "an image with this id is already stored, in round D1:1"),
+    ([{"user": "a mug", "round_key": "D2:1", "images": [{"image_id": "MUG", "caption": "a blue mug"}]},
+      {"user": "another mug", "round_key": "D2:2", "images": [{"image_id": "MUG", "caption": "a red mug"}]}],
+     "round D2:2 image MUG", "round D2:1 of this call has an image with this id"),
+], ids=["an_id_already_stored", "one_id_in_two_rounds_of_a_call"])
+def test_an_image_id_another_round_has_is_refused(memory, fresh_image, rounds, item, words):
+    """An id names one picture: with two pictures under one label the answering model cannot say
+    which it means (the answer prompt asks it to cite image ids)."""
+    rounds = copy.deepcopy(rounds)  # the parameters are shared by both backends' runs
+    rounds[-1]["images"].append(fresh_image)  # a picture that would be saved: it must not be
+    err = rejected(memory, lambda: memory.add_rounds(rounds), item=item)
+    assert words in err.problem
+    memory.forget(["D1:1"])  # once the round holding an id is forgotten, the id is free again
+    [stored] = memory.add_rounds(rounds[-1:])
+    assert rounds[-1]["images"][0]["image_id"] in stored.metadata[schema.IMAGE_IDS]
 
 
 def test_add_round_images_given_a_string(memory):

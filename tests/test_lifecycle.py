@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import zipfile
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -207,6 +208,24 @@ def test_a_compact_iso_date_names_its_year_and_is_selected_and_forgotten(open_me
     assert keys(since="20240618") == ["20240618"] and keys(until="20240617T1015") == ["2024-06-17", "20240617"]
     assert index.forget(since="2024-06-17", until="2024-06-18") == 4
     assert keys() == ["240617", "Round 12", "20240618"]
+
+
+def test_a_datetime_timestamp_is_stored_in_iso_form_and_an_unreadable_one_is_named_in_a_warning(open_memory, caplog):
+    """The time filters take a datetime, so adding takes one too; a timestamp they cannot read is
+    stored as given, but no range will ever select its round, so the caller hears of it."""
+    from llama_index.core.base.llms.types import ChatMessage
+
+    index = open_memory()
+    with caplog.at_level(logging.WARNING, logger="llama_index_vmem"):
+        index.add_round(user="breakfast", assistant="ok", session_id="A", timestamp=datetime(2024, 6, 17, 9, 30))
+        index.add_messages([ChatMessage(role="user", content="lunch"), ChatMessage(role="assistant", content="ok")],
+                           session_id="A", timestamp=date(2024, 6, 18))
+        assert caplog.text == ""
+        index.add_round(user="dinner", assistant="ok", session_id="A", timestamp="last tuesday")
+    assert "'last tuesday' are not dates the time filters read" in caplog.text
+    assert [r.round.metadata["timestamp"] for r in index.rounds()] == ["2024-06-17T09:30:00", "2024-06-18", "last tuesday"]
+    keys = lambda **r: [x.round.metadata["round_key"] for x in index.rounds(**r)]  # noqa: E731
+    assert keys(since="2024-06-17T09:00", until="2024-06-18") == ["A:1"] and keys(since=date(2024, 6, 18)) == ["A:2"]
 
 
 def test_filters_take_ids_as_add_rounds_does_times_by_their_zone_and_name_what_they_cannot(open_memory):

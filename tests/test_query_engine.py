@@ -10,7 +10,7 @@ from llama_index.core.prompts import PromptTemplate
 
 from llama_index_vmem import VMemInputError, VMemQueryBundle
 from llama_index_vmem.delivery import content_tokens
-from llama_index_vmem.prompts import ANSWER_PROMPT, IMAGE_NOTE_PROMPT
+from llama_index_vmem.prompts import ANSWER_PROMPT
 from llama_index_vmem.query_engine import REPLY_TOKENS
 
 
@@ -144,16 +144,32 @@ def test_prompts_are_exposed_and_replaceable(make_index, photos, scripted_llm):
     assert "Describe the ONE image for: Which photo shows my cat?" in llm.prompts
 
 
-@pytest.mark.parametrize("template, words", [
-    ("Context: {context_str}\nQuery: {query_str}", "must use {context}, {question}"),
-    ("{context}\nQ: {question}\nAgain: {context}", "must use {context} once"),
-], ids=["stock_variable_names", "context_twice"])
-def test_a_prompt_the_engine_would_send_half_filled_is_refused(make_index, photos, scripted_llm, template, words):
+@pytest.mark.parametrize("key, prompt, words", [
+    ("answer_prompt", PromptTemplate("Context: {context_str}\nQuery: {query_str}"), "must use {context}, {question}"),
+    ("answer_prompt", PromptTemplate("{context}\nQ: {question}\nAgain: {context}"), "must use {context} once"),
+    ("answer_prompt", PromptTemplate("{context}\nQ: {question}\nReply in {language}."), "uses {language}, which the engine does not fill"),
+    ("answer_prompt", "{context}\nQ: {question}", "must be a PromptTemplate or ChatPromptTemplate, got str"),
+    ("image_note_matched_prompt", PromptTemplate("{query_caption} matches {image_id} ({stored_caption})"), "uses {stored_caption}"),
+    ("hypo_caption:hypo_caption_prompt", PromptTemplate("Caption the photo for: {question}"), "must use {q}"),
+    ("enriched_anchor:enriched_anchor_prompt", PromptTemplate("List keywords."), "must use {q}"),
+], ids=["stock_variable_names", "context_twice", "a_variable_never_filled", "a_plain_string", "note_variable_never_filled",
+        "hypo_caption_without_q", "enriched_anchor_without_q"])
+def test_a_prompt_the_engine_would_send_half_filled_is_refused(make_index, photos, scripted_llm, key, prompt, words):
+    """Each would reach the model with a literal "{...}" or fail only when a question is asked."""
     engine = _memory(make_index, photos).as_query_engine(llm=scripted_llm(default="ok"))
+    before = engine.get_prompts()[key].get_template()
     with pytest.raises(VMemInputError, match=re.escape(words)) as caught:
-        engine.update_prompts({"answer_prompt": PromptTemplate(template)})
-    assert caught.value.item == "prompt answer_prompt"
-    assert engine.get_prompts()["answer_prompt"].get_template() == ANSWER_PROMPT.get_template(), "the prompt in use stays"
+        engine.update_prompts({key: prompt})
+    assert caught.value.item == f"prompt {key.split(':')[-1]}"
+    assert engine.get_prompts()[key].get_template() == before, "the prompt in use stays"
+
+
+def test_a_variable_of_the_users_own_is_accepted_once_given_by_partial_format(make_index, photos, scripted_llm):
+    llm = scripted_llm(default="Mochi")
+    engine = _memory(make_index, photos).as_query_engine(llm=llm, delivery="text")
+    engine.update_prompts({"answer_prompt": PromptTemplate("{context}\nQ: {question}\nReply in {language}.").partial_format(language="French")})
+    engine.query("What is my cat called?")
+    assert llm.prompts[-1].endswith("Q: What is my cat called?\nReply in French.")
 
 
 def _chat_prompt():
@@ -198,17 +214,20 @@ def test_a_chat_prompt_templates_messages_count_against_the_window(make_index, s
     assert 0 < sent.content.count("[session ") < whole.content.count("[session ")
 
 
-def test_an_image_note_as_a_chat_prompt_template_is_refused(make_index, photos, scripted_llm):
-    """The note is text the engine puts inside the answer's context: a chat template's roles would reach the model as text."""
+def test_a_prompt_sent_as_text_inside_another_message_is_refused_as_a_chat_prompt_template(make_index, photos, scripted_llm):
+    """The image notes sit inside the answer's context and the enriched anchor prompt beside the
+    attached image: a chat template's roles would reach the model as text."""
     from llama_index.core.prompts import ChatPromptTemplate
 
     engine = _memory(make_index, photos).as_query_engine(llm=scripted_llm(default="ok"))
-    note = ChatPromptTemplate.from_messages([("system", "Be brief."), ("user", "The user attached: {query_caption}")])
-    for key in ("image_note_prompt", "image_note_matched_prompt"):
+    for key, text in (("image_note_prompt", "The user attached: {query_caption}"),
+                      ("image_note_matched_prompt", "The user attached: {query_caption}"),
+                      ("enriched_anchor:enriched_anchor_prompt", "Keywords for: {q}")):
+        before = engine.get_prompts()[key].get_template()
         with pytest.raises(VMemInputError, match="not a ChatPromptTemplate") as caught:
-            engine.update_prompts({key: note})
-        assert caught.value.item == f"prompt {key}"
-    assert engine.get_prompts()["image_note_prompt"].get_template() == IMAGE_NOTE_PROMPT.get_template(), "the prompt in use stays"
+            engine.update_prompts({key: ChatPromptTemplate.from_messages([("system", "Be brief."), ("user", text)])})
+        assert caught.value.item == f"prompt {key.split(':')[-1]}"
+        assert engine.get_prompts()[key].get_template() == before, "the prompt in use stays"
 
 
 def test_a_prompt_naming_the_variables_through_template_var_mappings_is_accepted_and_filled(make_index, photos, scripted_llm):
@@ -306,8 +325,11 @@ def test_config_overrides_per_index_and_per_query(make_index, photos):
     assert len(index.as_retriever(similarity_top_k=3).retrieve("tea")) == 3  # LlamaIndex's name for k
     with pytest.raises(VMemInputError, match="similarity_top_k"):
         index.as_retriever(k=2, similarity_top_k=3)
-    with pytest.raises(TypeError, match=r"unsupported option\(s\) \['response_mode'\].*neighbor_window"):
+    with pytest.raises(TypeError, match=r"unsupported option\(s\) \['response_mode'\]; the query engine takes answer_prompt.*"
+                                        r"its retriever takes .*neighbor_window"):
         index.as_query_engine(llm=MockLLM(), response_mode="compact")
+    with pytest.raises(TypeError, match=r"unsupported option\(s\) \['sesion_id'\]; the chat engine takes .*session_id"):
+        index.as_chat_engine(llm=MockLLM(), sesion_id="D9")
 
 
 def test_streaming_query_engine_streams_the_answer_sync_and_async(make_index, photos):
