@@ -59,17 +59,28 @@ def _write_lock(store: LaneStore, memory_id: str) -> threading.Lock:
         return _write_locks.setdefault((store.identity, memory_id), threading.Lock())
 
 
-#: What ``as_query_engine`` and ``as_chat_engine`` take for themselves; the rest goes to the retriever.
-_ENGINE_OPTIONS = frozenset({"answer_prompt", "conflict_prompt", "image_note_prompt", "image_note_matched_prompt",
-                             "delivery", "image_budget", "streaming"})
-_CHAT_OPTIONS = frozenset({"memory", "chat_history", "system_prompt", "session_id"})
+def _keywords(fn: Any, *passed: str) -> Set[str]:
+    """The keyword options ``fn`` takes, less those the ``as_*`` method passes itself."""
+    params = inspect.signature(fn).parameters.values()
+    return {p.name for p in params if p.kind is not p.VAR_KEYWORD} - {"self", *passed}
 
 
 def _retriever_options() -> Set[str]:
     from .retriever import VMemRetriever
 
-    own = set(inspect.signature(VMemRetriever.__init__).parameters) - {"self", "index", "config"}
-    return own | set(VMemConfig.__dataclass_fields__) | {"similarity_top_k"}
+    return _keywords(VMemRetriever.__init__, "index", "config") | set(VMemConfig.__dataclass_fields__) | {"similarity_top_k"}
+
+
+def _engine_options() -> Set[str]:
+    from .query_engine import VMemQueryEngine
+
+    return _keywords(VMemQueryEngine.__init__, "retriever", "llm")
+
+
+def _chat_options() -> Set[str]:
+    from .chat_engine import VMemChatEngine
+
+    return _keywords(VMemChatEngine.from_defaults, "index", "llm")
 
 
 def _check_options(kwargs: Mapping[str, Any], accepted: Mapping[str, Iterable[str]]) -> None:
@@ -391,25 +402,11 @@ class VMemIndex:
         return {h.payload[schema.ROUND_KEY] for h in self.store.scroll(Collection.ROUNDS, self.scope(round_ids=ids))} if ids else set()
 
     def _reject_existing(self, parsed: List[ParsedRound]) -> None:
-        """Refuse a round key, or an image id, that another round already has: an id names one
-        picture, or the answering model is shown two pictures under one label and cannot say which
-        it means (a round's own images are checked apart when it is parsed)."""
         ids = tuple(p.round_node.node_id for p in parsed)
         existing = self.store.scroll(Collection.ROUNDS, self.scope(round_ids=ids))
         if existing:
             key = existing[0].payload[schema.ROUND_KEY]
             raise VMemInputError(f"round {key}", "a round with this key is already stored in this memory")
-        owners: Dict[str, ParsedRound] = {}
-        for p in parsed:
-            for image_id in p.round_node.metadata.get(schema.IMAGE_IDS, []):
-                if image_id in owners:
-                    raise VMemInputError(f"{p.item} image {image_id}", f"{owners[image_id].item} of this call has an image with this id")
-                owners[image_id] = p
-        stored = self.store.scroll(Collection.ROUNDS, self.scope(image_ids=tuple(owners))) if owners else []
-        if stored:
-            image_id = next(i for i in stored[0].payload[schema.IMAGE_IDS] if i in owners)
-            raise VMemInputError(f"{owners[image_id].item} image {image_id}",
-                                 f"an image with this id is already stored, in round {stored[0].payload[schema.ROUND_KEY]}")
 
     def _rollback(self, round_ids: List[str], written: List[Path]) -> None:
         scope = self.scope(round_ids=tuple(round_ids))
@@ -610,9 +607,9 @@ class VMemIndex:
         from .delivery import DeliveryMode
         from .query_engine import VMemQueryEngine
 
-        _check_options(kwargs, {"the query engine": _ENGINE_OPTIONS, "its retriever": _retriever_options()})
+        _check_options(kwargs, {"the query engine": _engine_options(), "its retriever": _retriever_options()})
         llm = llm or self.llm or _settings_llm()
-        engine_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in _ENGINE_OPTIONS}
+        engine_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in _engine_options()}
         delivery = engine_kwargs.get("delivery")
         if delivery is not None and delivery not in tuple(DeliveryMode):  # the engine's enum lookup names no option
             raise VMemInputError("delivery", f"must be one of {', '.join(m.value for m in DeliveryMode)}, got {delivery!r}")
@@ -624,7 +621,7 @@ class VMemIndex:
         the rest to ``as_query_engine``."""
         from .chat_engine import VMemChatEngine
 
-        _check_options(kwargs, {"the chat engine": _CHAT_OPTIONS, "its query engine": _ENGINE_OPTIONS,
+        _check_options(kwargs, {"the chat engine": _chat_options(), "its query engine": _engine_options(),
                                 "its retriever": _retriever_options()})
         return VMemChatEngine.from_defaults(self, llm=llm, **kwargs)
 

@@ -85,8 +85,6 @@ class ParsedRound:
     round_node: TextNode
     units: List[TextNode]
     pending_images: Dict[Path, images.LoadedImage]
-    #: How errors name the round (``RoundInput.item``).
-    item: str = ""
 
     @property
     def round_key(self) -> str:
@@ -457,7 +455,7 @@ class RoundNodeParser(NodeParser):
         round_node.relationships[NodeRelationship.CHILD] = [RelatedNodeInfo(node_id=u.node_id) for u in units]
         for u in units:
             u.relationships[NodeRelationship.PARENT] = RelatedNodeInfo(node_id=rid)
-        return ParsedRound(round_node=round_node, units=units, pending_images=pending, item=item)
+        return ParsedRound(round_node=round_node, units=units, pending_images=pending)
 
     def _fence(self) -> Optional[images.Fence]:
         return images.Fence.around(Path(self.image_dir)) if self.image_dir else None

@@ -8,7 +8,8 @@ anchor transforms; nothing else in the package holds prompt text.
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from llama_index.core.prompts import BasePromptTemplate, ChatPromptTemplate, PromptTemplate
+from llama_index.core.base.llms.types import MessageRole
+from llama_index.core.prompts import BasePromptTemplate, ChatPromptTemplate, PromptTemplate, SelectorPromptTemplate
 
 from .errors import VMemInputError
 
@@ -174,29 +175,41 @@ def check_prompt(key: str, prompt: Any) -> None:
     """Refuse a prompt the engine would send half-filled or not at all: not a prompt template, one
     without the variables the engine fills (a stock ``{context_str}`` prompt) or with others it
     never fills (they would reach the model as literal braces), ``{context}`` twice (the context,
-    images and all, goes in one place), or a chat template where the prompt is sent as text. A
-    variable named through ``template_var_mappings`` counts under the engine's name; one given by
-    ``partial_format`` or a function mapping is filled."""
+    images and all, goes in one place) or outside a user message (chat APIs refuse pictures in a
+    system message), or a chat template where the prompt is sent as text. A selector is checked
+    template by template, as any of them may be the one sent. A variable named through
+    ``template_var_mappings`` counts under the engine's name; one given by ``partial_format`` or a
+    function mapping is filled."""
     slot = PROMPT_SLOTS[key]
     item = f"prompt {key}"
     if not isinstance(prompt, BasePromptTemplate):
         raise VMemInputError(item, f"must be a PromptTemplate or ChatPromptTemplate, got {type(prompt).__name__}")
+    if isinstance(prompt, SelectorPromptTemplate):
+        for template in [prompt.default_template, *(template for _, template in prompt.conditionals or [])]:
+            check_prompt(key, template)
+        return
     if isinstance(prompt, ChatPromptTemplate) and slot.text_only:
         raise VMemInputError(item, f"must be a text template (PromptTemplate), not a ChatPromptTemplate: {slot.text_only}")
-    sentinels = {v: f"\x00vmem-{v}\x00" for v in slot.required}
-    text = prompt.format(**sentinels)
+    mapped = prompt.template_var_mappings or {}
+    given = [*slot.required, *slot.optional, *prompt.kwargs, *(prompt.function_mappings or {})]
+    unknown = [v for v in prompt.template_vars if v not in {mapped.get(name, name) for name in given}]
+    sentinels = {v: f"\x00vmem-{v}\x00" for v in slot.required + slot.optional}
+    messages = prompt.format_messages(**sentinels)
+    text = "".join(m.content or "" for m in messages)
     missing = [v for v in slot.required if sentinels[v] not in text]
     if missing:
         raise VMemInputError(item, f"must use {_braced(missing)}; it uses {prompt.template_vars}")
-    mapped = prompt.template_var_mappings or {}
-    filled = {mapped.get(v, v) for v in slot.required + slot.optional} | set(prompt.kwargs) | set(prompt.function_mappings or {})
-    unknown = [v for v in prompt.template_vars if v not in filled]
     if unknown:
         raise VMemInputError(item, f"uses {_braced(unknown)}, which the engine does not fill "
                                    f"(it fills {_braced(slot.required + slot.optional)}); "
                                    "give other variables with partial_format")
-    if "context" in slot.required and text.count(sentinels["context"]) != 1:
-        raise VMemInputError(item, "must use {context} once: the delivered context goes there")
+    if "context" in slot.required:
+        holders = [m for m in messages if sentinels["context"] in (m.content or "")]
+        if text.count(sentinels["context"]) != 1:
+            raise VMemInputError(item, "must use {context} once: the delivered context goes there")
+        if holders[0].role != MessageRole.USER:
+            raise VMemInputError(item, f"must put {{context}} in a user message, not a {holders[0].role.value} one: "
+                                       "the delivered pictures go there, and chat APIs refuse them elsewhere")
 
 
 def _braced(names: Sequence[str]) -> str:

@@ -29,8 +29,11 @@ from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, 
 from .retriever import RetrievalResult, VMemRetriever, check_query
 
 _NO_DESCRIPTION = "an image (no description was given)"
-#: The prompts this engine sends itself (the anchors' are the retriever's).
-_PROMPT_KEYS = ("answer_prompt", "conflict_prompt", "image_note_prompt", "image_note_matched_prompt")
+
+
+#: The prompts this engine sends itself, by key (the anchors' are the retriever's).
+_DEFAULT_PROMPTS = {"answer_prompt": ANSWER_PROMPT, "conflict_prompt": CONFLICT_PROMPT,
+                    "image_note_prompt": IMAGE_NOTE_PROMPT, "image_note_matched_prompt": IMAGE_NOTE_MATCHED_PROMPT}
 
 
 @dataclass
@@ -69,19 +72,16 @@ class VMemQueryEngine(BaseQueryEngine):
         self.streaming = streaming
         self.postprocessor = NeighborRoundPostprocessor(retriever._index)
         self.deliverer = Deliverer(retriever._index, DeliveryMode(delivery) if delivery else default_mode(llm), image_budget)
-        self._prompts: Dict[str, BasePromptTemplate] = {}
-        self._update_prompts({
-            "answer_prompt": answer_prompt or ANSWER_PROMPT,
-            "conflict_prompt": conflict_prompt or CONFLICT_PROMPT,
-            "image_note_prompt": image_note_prompt or IMAGE_NOTE_PROMPT,
-            "image_note_matched_prompt": image_note_matched_prompt or IMAGE_NOTE_MATCHED_PROMPT,
-        })
+        self._prompts: Dict[str, BasePromptTemplate] = dict(_DEFAULT_PROMPTS)
+        given = {"answer_prompt": answer_prompt, "conflict_prompt": conflict_prompt,
+                 "image_note_prompt": image_note_prompt, "image_note_matched_prompt": image_note_matched_prompt}
+        self._update_prompts({key: prompt for key, prompt in given.items() if prompt is not None})
 
     def _get_prompts(self) -> PromptDictType:
         return dict(self._prompts)
 
     def _update_prompts(self, prompts: PromptDictType) -> None:
-        ours = {key: prompt for key, prompt in prompts.items() if key in _PROMPT_KEYS}
+        ours = {key: prompt for key, prompt in prompts.items() if key in _DEFAULT_PROMPTS}
         for key, prompt in ours.items():
             check_prompt(key, prompt)
         self._prompts.update(ours)

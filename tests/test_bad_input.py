@@ -10,7 +10,6 @@ first round is valid.
 from __future__ import annotations
 
 import base64
-import copy
 import io
 import os
 from pathlib import Path
@@ -513,25 +512,6 @@ def test_text_over_the_size_limit_is_refused_by_field(memory, call, item, field)
 def test_wrong_types(memory, call, item, words):
     err = rejected(memory, lambda: call(memory), item=item)
     assert words in err.problem
-
-
-@pytest.mark.parametrize("rounds, item, words", [
-    ([{"user": "my other mug", "round_key": "D2:1", "images": [{"image_id": "D1:IMG_001", "caption": "a blue mug"}]}],
-     "round D2:1 image D1:IMG_001", "an image with this id is already stored, in round D1:1"),
-    ([{"user": "a mug", "round_key": "D2:1", "images": [{"image_id": "MUG", "caption": "a blue mug"}]},
-      {"user": "another mug", "round_key": "D2:2", "images": [{"image_id": "MUG", "caption": "a red mug"}]}],
-     "round D2:2 image MUG", "round D2:1 of this call has an image with this id"),
-], ids=["an_id_already_stored", "one_id_in_two_rounds_of_a_call"])
-def test_an_image_id_another_round_has_is_refused(memory, fresh_image, rounds, item, words):
-    """An id names one picture: with two pictures under one label the answering model cannot say
-    which it means (the answer prompt asks it to cite image ids)."""
-    rounds = copy.deepcopy(rounds)  # the parameters are shared by both backends' runs
-    rounds[-1]["images"].append(fresh_image)  # a picture that would be saved: it must not be
-    err = rejected(memory, lambda: memory.add_rounds(rounds), item=item)
-    assert words in err.problem
-    memory.forget(["D1:1"])  # once the round holding an id is forgotten, the id is free again
-    [stored] = memory.add_rounds(rounds[-1:])
-    assert rounds[-1]["images"][0]["image_id"] in stored.metadata[schema.IMAGE_IDS]
 
 
 def test_add_round_images_given_a_string(memory):

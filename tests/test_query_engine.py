@@ -196,6 +196,35 @@ def test_a_chat_prompt_template_is_sent_as_its_own_messages_with_the_context_whe
     assert str(response) == "Mochi" and response.source_nodes
 
 
+def test_a_selector_is_checked_template_by_template_and_sends_the_one_it_selects(make_index, photos, scripted_llm):
+    """LlamaIndex's stock prompts are selectors: a chat template for chat models, text for the rest."""
+    from llama_index.core.prompts import ChatPromptTemplate, SelectorPromptTemplate
+
+    engine = _memory(make_index, photos).as_query_engine(llm=scripted_llm(default="Mochi"), delivery="text")
+    always = lambda llm: True  # noqa: E731
+    broken = SelectorPromptTemplate(default_template=PromptTemplate("{context}\nQ: {question}"),
+                                    conditionals=[(always, PromptTemplate("Q: {question}"))])
+    with pytest.raises(VMemInputError, match=re.escape("must use {context}")):
+        engine.update_prompts({"answer_prompt": broken})
+    chat = ChatPromptTemplate.from_messages([("system", "Answer in {language}."), ("user", "{context}\nQ: {question}")])
+    engine.update_prompts({"answer_prompt": SelectorPromptTemplate(default_template=PromptTemplate("{context}\nQ: {question}"),
+                                                                   conditionals=[(always, chat.partial_format(language="French"))])})
+    engine.query("What is my cat called?")
+    system, user = engine.llm.chats[-1]
+    assert system.content == "Answer in French." and user.content.endswith("Q: What is my cat called?")
+
+
+def test_a_chat_prompt_with_the_context_outside_a_user_message_is_refused(make_index, photos, scripted_llm):
+    """Pixels delivery puts pictures where {context} is; chat APIs refuse them in a system message."""
+    from llama_index.core.prompts import ChatPromptTemplate
+
+    engine = _memory(make_index, photos).as_query_engine(llm=scripted_llm(default="ok"))
+    for messages in ([("system", "Memory:\n{context}"), ("user", "{question}")], [("system", "Memory:\n{context}\nQ: {question}")]):
+        with pytest.raises(VMemInputError, match="must put {context} in a user message, not a system one") as caught:
+            engine.update_prompts({"conflict_prompt": ChatPromptTemplate.from_messages(messages)})
+        assert caught.value.item == "prompt conflict_prompt"
+
+
 def test_a_chat_prompt_templates_messages_count_against_the_window(make_index, scripted_llm):
     """The system message is sent, so it is counted: the context shrinks to leave it room, and the
     system message and the question are never cut."""
