@@ -105,11 +105,11 @@ class VMemChatEngine(BaseChatEngine):
         past the model's window (less room for the reply) are left out of this call. The history's
         leading system messages (a static block, recalled memory blocks) are always sent, and so are
         a chat answer prompt's, which join them ahead of the history."""
-        lead = list(takewhile(lambda m: m.role in INSTRUCTION_ROLES, history))
+        lead = _instructions(history)
         turns = history[len(lead):]
         reserved = messages_tokens([*self._prefix, *lead])
         request = self.query_engine.prepare(query_from_message(self.index, _fetched(user, pending)), reserved=reserved)
-        instructions = list(takewhile(lambda m: m.role in INSTRUCTION_ROLES, request.messages))
+        instructions = _instructions(request.messages)
         ask = request.messages[len(instructions):]
         sent = reserved + messages_tokens(request.messages)
         room = self._llm.metadata.context_window - REPLY_TOKENS - sent
@@ -256,6 +256,11 @@ def _user_message(message: str | ChatMessage, image_path: str | os.PathLike | No
             raise VMemInputError("image_caption", "describes an attached image, but none is attached")
         user.additional_kwargs = {**user.additional_kwargs, "image_captions": [image_caption]}
     return user
+
+
+def _instructions(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """The leading system and developer messages: they are sent first, whatever is cut after them."""
+    return list(takewhile(lambda m: m.role in INSTRUCTION_ROLES, messages))
 
 
 def _asked(user: ChatMessage) -> str | None:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import date
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Hashable, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from llama_index.core import Settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -65,22 +65,25 @@ def _keywords(fn: Any, *passed: str) -> Set[str]:
     return {p.name for p in params if p.kind is not p.VAR_KEYWORD} - {"self", *passed}
 
 
-def _retriever_options() -> Set[str]:
+@lru_cache(maxsize=None)  # signatures do not change: read them once
+def _retriever_options() -> FrozenSet[str]:
     from .retriever import VMemRetriever
 
-    return _keywords(VMemRetriever.__init__, "index", "config") | set(VMemConfig.__dataclass_fields__) | {"similarity_top_k"}
+    return frozenset(_keywords(VMemRetriever.__init__, "index", "config") | set(VMemConfig.__dataclass_fields__) | {"similarity_top_k"})
 
 
-def _engine_options() -> Set[str]:
+@lru_cache(maxsize=None)
+def _engine_options() -> FrozenSet[str]:
     from .query_engine import VMemQueryEngine
 
-    return _keywords(VMemQueryEngine.__init__, "retriever", "llm")
+    return frozenset(_keywords(VMemQueryEngine.__init__, "retriever", "llm"))
 
 
-def _chat_options() -> Set[str]:
+@lru_cache(maxsize=None)
+def _chat_options() -> FrozenSet[str]:
     from .chat_engine import VMemChatEngine
 
-    return _keywords(VMemChatEngine.from_defaults, "index", "llm")
+    return frozenset(_keywords(VMemChatEngine.from_defaults, "index", "llm"))
 
 
 def _check_options(kwargs: Mapping[str, Any], accepted: Mapping[str, Iterable[str]]) -> None:
