@@ -36,7 +36,8 @@ from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedd
 from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
 from .lifecycle import Selection, StoredRound, TimeLike
-from .node_parser import ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_text, default_round_key, last_default_number, round_input_from_dict
+from .node_parser import (ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_text, checked_round, default_round_key,
+                          last_default_number, round_input_from_dict, stored_image_identity, with_distinct_image_ids)
 from .store import Collection, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
 
 if TYPE_CHECKING:
@@ -286,10 +287,10 @@ class VMemIndex:
         return rounds
 
     def add_round_inputs(self, rounds: Sequence[RoundInput]) -> List[TextNode]:
-        """Append rounds made by ``rounds_from_messages``."""
+        """Append rounds made by ``rounds_from_messages``, or built by hand (checked as round dicts are)."""
         if not isinstance(rounds, Sequence) or not rounds or not all(isinstance(r, RoundInput) for r in rounds):
             raise VMemInputError("rounds", f"must be a non-empty list of RoundInput, got {rounds!r:.200}")
-        return self._commit(list(rounds))
+        return self._commit([checked_round(r.item(i), r) for i, r in enumerate(rounds)])
 
     async def aadd_round(self, *args: Any, **kwargs: Any) -> TextNode:
         return await asyncio.to_thread(lambda: self.add_round(*args, **kwargs))
@@ -312,7 +313,8 @@ class VMemIndex:
         with _write_lock(self.store, self.memory_id):
             last = self._last_seq()
             self._sweep_unfinished(last)
-            parsed = self._parser.parse_rounds(self._with_default_keys(inputs, first_seq=last + 1), first_seq=last + 1)
+            keyed = with_distinct_image_ids(self._with_default_keys(inputs, first_seq=last + 1), self._stored_images)
+            parsed = self._parser.parse_rounds(keyed, first_seq=last + 1)
             self._reject_existing(parsed)
             text_points, image_points = self._encode(parsed)
             self._link_to_stored(parsed)
@@ -403,6 +405,11 @@ class VMemIndex:
     def _stored_keys(self, keys: Sequence[str]) -> set:
         ids = tuple(schema.round_id(self.memory_id, k) for k in keys)
         return {h.payload[schema.ROUND_KEY] for h in self.store.scroll(Collection.ROUNDS, self.scope(round_ids=ids))} if ids else set()
+
+    def _stored_images(self, image_ids: Set[str]) -> Dict[str, str]:
+        """Which picture (``stored_image_identity``) each of these ids names in this memory."""
+        hits = self.store.scroll(Collection.IMAGE, self.scope(image_ids=tuple(image_ids)))
+        return {h.payload[schema.IMAGE_ID]: stored_image_identity(h.payload) for h in hits}
 
     def _reject_existing(self, parsed: List[ParsedRound]) -> None:
         ids = tuple(p.round_node.node_id for p in parsed)

@@ -10,10 +10,11 @@ the index writes their bytes when it commits the round.
 from __future__ import annotations
 
 import datetime
+import logging
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from llama_index.core.base.llms.types import AudioBlock, ChatMessage, ImageBlock, MessageRole, TextBlock
 from llama_index.core.node_parser.interface import NodeParser
@@ -30,6 +31,8 @@ from pydantic import Field, PrivateAttr
 from . import images, schema
 from .schema import is_utf8, visible
 from .errors import VMemInputError
+
+logger = logging.getLogger(__name__)
 
 #: Turns an audio block into its transcript.
 Transcriber = Callable[[AudioBlock], str]
@@ -66,7 +69,8 @@ class RoundInput:
     images: List[ImageInput] = field(default_factory=list)
     audio_transcripts: List[str] = field(default_factory=list)
     session_id: Optional[str] = None
-    timestamp: Optional[str] = None
+    #: Text as given, or a ``date``/``datetime``, stored in ISO 8601 (which the time filters read).
+    timestamp: Optional[Union[str, datetime.date]] = None
     round_key: Optional[str] = None
     #: What the caller gave it as (``round 3``, ``message 4``): errors name that, not a default key
     #: the caller never saw.
@@ -75,7 +79,7 @@ class RoundInput:
     def item(self, fallback: Union[int, str]) -> str:
         """How errors name this round: as the caller gave it, else by its key, else ``fallback``
         (its place in the call, or the default key it is about to get)."""
-        return self.origin or f"round {_printable(self.round_key[:200]) if self.round_key else fallback}"
+        return self.origin or f"round {_printable(str(self.round_key)[:200]) if self.round_key else fallback}"
 
 
 @dataclass
@@ -121,9 +125,6 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
     unknown = set(data) - known
     if unknown:
         raise VMemInputError(item, f"unknown round fields {sorted(unknown, key=repr)} (known: {sorted(known)})")
-    for key in ("user", "assistant"):
-        if not isinstance(data.get(key, ""), str):
-            raise VMemInputError(item, f"'{key}' must be a string, got {type(data[key]).__name__}")
     raw_images = [] if data.get("images") is None else data["images"]  # not `or`: an array has no truth value
     if not isinstance(raw_images, (list, tuple)):
         raise VMemInputError(item, "'images' must be a list of dicts")
@@ -131,37 +132,48 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
     for i, img in enumerate(raw_images):
         if not isinstance(img, Mapping):
             raise VMemInputError(f"{item} image {i}", f"must be a dict, got {type(img).__name__}")
-        name = f"{item} image {img['image_id'] if isinstance(img.get('image_id'), str) else i}"
         extra = set(img) - {"image_id", "path", "bytes", "url", "caption", "role"}
         if extra:
-            raise VMemInputError(name, f"unknown image fields {sorted(extra, key=repr)}")
-        caption = optional_text(name, "caption", img.get("caption"))
-        role = img.get("role", schema.Role.USER.value)
-        if role not in (schema.Role.USER.value, schema.Role.ASSISTANT.value):
-            raise VMemInputError(name, f"'role' must be 'user' or 'assistant', got {role!r}")
-        parsed_images.append(
-            ImageInput(
-                role=role,
-                image_id=optional_str(name, "image_id", img.get("image_id")),
-                path=img.get("path"),
-                data=img.get("bytes"),
-                url=img.get("url"),
-                caption=caption,
-            )
-        )
-    audio = [] if data.get("audio") is None else data["audio"]
+            raise VMemInputError(_image_item(item, img.get("image_id"), i), f"unknown image fields {sorted(extra, key=repr)}")
+        parsed_images.append(ImageInput(image_id=img.get("image_id"), path=img.get("path"), data=img.get("bytes"),
+                                        url=img.get("url"), caption=img.get("caption"),
+                                        role=img.get("role", schema.Role.USER.value)))
+    raw = RoundInput(user=data.get("user", ""), assistant=data.get("assistant", ""), images=parsed_images,
+                     audio_transcripts=[] if data.get("audio") is None else data["audio"], session_id=data.get("session_id"),
+                     timestamp=data.get("timestamp"), round_key=data.get("round_key"), origin=item)
+    return checked_round(item, raw)
+
+
+def checked_round(item: str, r: RoundInput) -> RoundInput:
+    """``r`` with every field checked and in its stored form (ids as text, a date in ISO 8601): a
+    round built by hand is refused where a dict with the same values is, naming ``item``, rather
+    than failing in the store with an error that names nothing."""
+    for key in ("user", "assistant"):
+        if not isinstance(getattr(r, key), str):
+            raise VMemInputError(item, f"'{key}' must be a string, got {type(getattr(r, key)).__name__}")
+    if not isinstance(r.images, (list, tuple)):
+        raise VMemInputError(item, f"'images' must be a list, got {type(r.images).__name__}")
+    images = []
+    for i, img in enumerate(r.images):
+        if not isinstance(img, ImageInput):
+            raise VMemInputError(f"{item} image {i}", f"must be an ImageInput, got {type(img).__name__}")
+        name = _image_item(item, img.image_id, i)
+        if img.role not in (schema.Role.USER.value, schema.Role.ASSISTANT.value):
+            raise VMemInputError(name, f"'role' must be 'user' or 'assistant', got {img.role!r}")
+        images.append(replace(img, image_id=optional_str(name, "image_id", img.image_id),
+                              caption=optional_text(name, "caption", img.caption)))
+    audio = r.audio_transcripts
     if not isinstance(audio, (list, tuple)) or not all(isinstance(a, str) for a in audio):
         raise VMemInputError(item, "'audio' must be a list of transcript strings")
-    return RoundInput(
-        user=data.get("user", ""),
-        assistant=data.get("assistant", ""),
-        images=parsed_images,
-        audio_transcripts=list(audio),
-        session_id=optional_str(item, "session_id", data.get("session_id"), empty_ok=False),
-        timestamp=optional_timestamp(item, data.get("timestamp")),
-        round_key=optional_str(item, "round_key", data.get("round_key"), empty_ok=False),
-        origin=item,
-    )
+    return replace(r, images=images, audio_transcripts=list(audio),
+                   session_id=optional_str(item, "session_id", r.session_id, empty_ok=False),
+                   timestamp=optional_timestamp(item, r.timestamp),
+                   round_key=optional_str(item, "round_key", r.round_key, empty_ok=False))
+
+
+def _image_item(item: str, image_id: Any, position: int) -> str:
+    """How errors name an image: by its id where that is text, else by its place in the round."""
+    return f"{item} image {image_id if isinstance(image_id, str) else position}"
 
 
 def optional_str(item: str, name: str, value: Any, empty_ok: bool = True) -> Optional[str]:
@@ -503,6 +515,49 @@ def image_ids(imgs: Sequence[ImageInput], round_key: str, item: str) -> List[str
             n += 1
         taken.add(image_id)
         out.append(image_id)
+    return out
+
+
+#: Looks up which picture each of these image ids names in the memory already (``image_identity``).
+StoredImages = Callable[[Set[str]], Dict[str, str]]
+
+
+def image_identity(img: ImageInput) -> str:
+    """What makes a loaded image the same picture as another: its pixels' file (named by content),
+    or, for an image given by caption only, that caption."""
+    return img.checked.file_name if img.checked is not None else f"caption:{img.caption or ''}"
+
+
+def stored_image_identity(payload: Mapping[str, Any]) -> str:
+    """``image_identity`` of a stored image unit, read from its payload."""
+    return Path(payload[schema.IMAGE_PATH]).name if payload.get(schema.HAS_PIXELS) else f"caption:{payload.get(schema.CAPTION) or ''}"
+
+
+def with_distinct_image_ids(rounds: Sequence[RoundInput], stored: StoredImages) -> List[RoundInput]:
+    """``rounds`` (keyed, images loaded) with every image's id written out, each naming one picture
+    in the memory: an id that ``stored`` (or an earlier round of this call) gives another picture
+    moves on to ``<id> (2)``, ``(3)``, ... with a warning, while the same picture shared again keeps
+    its id. Delivery names pictures by id (DeliverMem's readable identity), and a camera's
+    ``IMG_0001.jpg`` names a new photo every time it is reset."""
+    planned = [image_ids(r.images, r.round_key, r.item(r.round_key)) for r in rounds]
+    wanted = {image_id for ids in planned for image_id in ids}
+    owners = stored(wanted) if wanted else {}
+    out = []
+    for r, ids in zip(rounds, planned):
+        images = []
+        for img, image_id in zip(r.images, ids):
+            identity, final, n = image_identity(img), image_id, 1
+            while owners.get(final, identity) != identity or (final != image_id and final in ids):
+                n += 1
+                final = f"{image_id} ({n})"
+                if final not in owners:
+                    owners.update(stored({final}))
+            if final != image_id:
+                logger.warning("%s image %s: another picture in this memory has this id; stored as %r",
+                               r.item(r.round_key), image_id, final)
+            owners[final] = identity
+            images.append(replace(img, image_id=final))
+        out.append(replace(r, images=images))
     return out
 
 

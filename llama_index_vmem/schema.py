@@ -46,7 +46,7 @@ UNIT_IDS = "unit_ids"
 PREV_ROUND_ID = "prev_round_id"
 
 #: Keys that get a payload index in every collection (tenant key first).
-INDEXED_KEYWORDS = (MEMORY_ID, ROUND_ID, SESSION_ID, PREV_ROUND_ID)
+INDEXED_KEYWORDS = (MEMORY_ID, ROUND_ID, SESSION_ID, PREV_ROUND_ID, IMAGE_ID)
 INDEXED_INTEGERS = (SEQ,)
 
 # Named vectors.

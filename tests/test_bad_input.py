@@ -30,6 +30,7 @@ from PIL import Image
 import llama_index_vmem.images as image_io
 from llama_index_vmem import ImageBudget, VMemIndex, VMemInputError, VMemMemoryBlock, VMemQueryBundle
 from llama_index_vmem import schema
+from llama_index_vmem.node_parser import ImageInput, RoundInput
 
 COFFEE_ROUND = {
     "user": "I brewed a fresh espresso this morning",
@@ -497,6 +498,16 @@ def test_text_over_the_size_limit_is_refused_by_field(memory, call, item, field)
          "message 0", "additional_kwargs['transcripts'] has 2 entries for 1 audio block(s)"),
         (lambda m: m.add_round_inputs([]), "rounds", "non-empty list of RoundInput"),
         (lambda m: m.add_round_inputs([{"user": "x"}]), "rounds", "non-empty list of RoundInput"),
+        (lambda m: m.add_round_inputs([RoundInput(user="ok", round_key="D2:1"), RoundInput(user=5)]), "round 1",
+         "'user' must be a string, got int"),
+        (lambda m: m.add_round_inputs([RoundInput(user="x", round_key=7, audio_transcripts="a transcript")]), "round 7",
+         "'audio' must be a list"),
+        (lambda m: m.add_round_inputs([RoundInput(user="x", images=[{"caption": "a cat"}])]), "round 0 image 0",
+         "must be an ImageInput, got dict"),
+        (lambda m: m.add_round_inputs([RoundInput(user="x", images=[ImageInput(image_id="C", caption=3)])]), "round 0 image C",
+         "'caption' must be a string, got int"),
+        (lambda m: m.add_round_inputs([RoundInput(user="x", timestamp={"day": 1})]), "round 0",
+         "'timestamp' must be a string, got dict"),
     ],
     ids=[
         "user_int", "assistant_list", "add_messages_str", "add_messages_single_message", "add_rounds_dict",
@@ -506,7 +517,8 @@ def test_text_over_the_size_limit_is_refused_by_field(memory, call, item, field)
         "round_key_invisible", "round_fields_of_mixed_types", "image_fields_of_mixed_types", "audio_int", "audio_dict",
         "image_id_twice_in_a_round", "transcripts_str", "transcript_none", "image_ids_str",
         "image_ids_for_no_image", "transcripts_past_the_audio",
-        "round_inputs_empty", "round_inputs_dicts",
+        "round_inputs_empty", "round_inputs_dicts", "round_input_user_int", "round_input_audio_str",
+        "round_input_image_dict", "round_input_caption_int", "round_input_timestamp_dict",
     ],
 )
 def test_wrong_types(memory, call, item, words):

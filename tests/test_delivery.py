@@ -349,3 +349,33 @@ def test_an_image_node_is_delivered_from_the_memorys_own_copy_never_from_the_pat
     text = "".join(b.text for b in content if isinstance(b, TextBlock))
     assert "[Image D1:IMG_001, shared in round D1:1] IMG_4471.jpg" in text and "D9:IMG_999" not in text
     assert "image D9:IMG_999 not delivered: this memory holds no such image" in caplog.text
+
+
+def test_two_pictures_given_one_id_are_delivered_apart_and_a_picture_shared_again_keeps_its_id(make_index, photos, caplog):
+    """A camera names every photo ``IMG_0001.jpg`` after a reset: each picture must still reach the
+    model under an id of its own, or it cannot tell which one the user means."""
+    import logging
+
+    index = make_index()
+    img = lambda name: {"image_id": "IMG_0001", "path": str(photos[name])}  # noqa: E731
+    index.add_rounds([{"round_key": "T:1", "session_id": "T", "user": "Our rocket trip.", "images": [img("rocket")]}])
+    with caplog.at_level(logging.WARNING, logger="llama_index_vmem"):
+        index.add_rounds([{"round_key": "T:2", "session_id": "T", "user": "My cat at home.", "images": [img("chelsea")]},
+                          {"round_key": "T:3", "session_id": "T", "user": "The rocket once more.", "images": [img("rocket")]},
+                          {"round_key": "T:4", "session_id": "T", "user": "A tabby cat.",
+                           "images": [{"image_id": "IMG_0001", "caption": "a tabby cat"},
+                                      {"image_id": "IMG_0001 (2)", "path": str(photos["chelsea"])}]}])
+    ids = {r.round.metadata["round_key"]: r.round.metadata["image_ids"] for r in index.rounds()}
+    assert ids == {"T:1": ["IMG_0001"], "T:2": ["IMG_0001 (2)"], "T:3": ["IMG_0001"], "T:4": ["IMG_0001 (3)", "IMG_0001 (2)"]}
+    assert "round T:2 image IMG_0001: another picture in this memory has this id; stored as 'IMG_0001 (2)'" in caplog.text
+    assert "[Image IMG_0001 (3)] a tabby cat" in index.rounds(["T:4"])[0].round.text
+
+    llm = MockLLMWithChatMemoryOfLastCall()
+    index.as_query_engine(llm=llm, delivery="pixels", similarity_top_k=4).query("Which photos did I share?")
+    blocks = _sent(llm)
+    labels = {}
+    for i, block in enumerate(blocks):
+        if isinstance(block, ImageBlock):
+            label = re.findall(r"\[image ([^\]]+)\]$", blocks[i - 1].text.strip())[0]
+            labels.setdefault(label, set()).add(hashlib.sha256(Path(block.path).read_bytes()).hexdigest())
+    assert set(labels) == {"IMG_0001", "IMG_0001 (2)"} and all(len(files) == 1 for files in labels.values())

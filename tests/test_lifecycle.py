@@ -14,6 +14,7 @@ from llama_index.core.schema import NodeWithScore
 
 from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle, neighbours
 from llama_index_vmem.postprocessor import BLOCK_ROUNDS, NeighborRoundPostprocessor
+from llama_index_vmem.node_parser import RoundInput
 from llama_index_vmem.encoders.bm25 import Sparse
 from llama_index_vmem.store import Collection
 
@@ -220,12 +221,14 @@ def test_a_datetime_timestamp_is_stored_in_iso_form_and_an_unreadable_one_is_nam
         index.add_round(user="breakfast", assistant="ok", session_id="A", timestamp=datetime(2024, 6, 17, 9, 30))
         index.add_messages([ChatMessage(role="user", content="lunch"), ChatMessage(role="assistant", content="ok")],
                            session_id="A", timestamp=date(2024, 6, 18))
+        index.add_round_inputs([RoundInput(user="tea", session_id="B", timestamp=datetime(2024, 6, 19, 16, 0))])
         assert caplog.text == ""
         index.add_round(user="dinner", assistant="ok", session_id="A", timestamp="last tuesday")
     assert "'last tuesday' are not dates the time filters read" in caplog.text
-    assert [r.round.metadata["timestamp"] for r in index.rounds()] == ["2024-06-17T09:30:00", "2024-06-18", "last tuesday"]
+    assert [r.round.metadata["timestamp"] for r in index.rounds()] == ["2024-06-17T09:30:00", "2024-06-18", "2024-06-19T16:00:00",
+                                                                      "last tuesday"]
     keys = lambda **r: [x.round.metadata["round_key"] for x in index.rounds(**r)]  # noqa: E731
-    assert keys(since="2024-06-17T09:00", until="2024-06-18") == ["A:1"] and keys(since=date(2024, 6, 18)) == ["A:2"]
+    assert keys(since="2024-06-17T09:00", until="2024-06-18") == ["A:1"] and keys(since=date(2024, 6, 18)) == ["A:2", "B:1"]
 
 
 def test_filters_take_ids_as_add_rounds_does_times_by_their_zone_and_name_what_they_cannot(open_memory):

@@ -37,6 +37,8 @@ class Scope:
     sessionless: bool = False
     #: Rounds whose previous round is one of these (the rounds that follow them).
     prev_round_ids: Optional[Tuple[str, ...]] = None
+    #: Image units with one of these ids.
+    image_ids: Optional[Tuple[str, ...]] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.memory_id, str) or not self.memory_id:
@@ -45,7 +47,7 @@ class Scope:
     @property
     def is_empty(self) -> bool:
         """An explicit empty id list matches nothing (and must not mean 'no filter')."""
-        return any(ids is not None and not ids for ids in (self.round_ids, self.prev_round_ids))
+        return any(ids is not None and not ids for ids in (self.round_ids, self.prev_round_ids, self.image_ids))
 
 
 def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
@@ -64,6 +66,8 @@ def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
         out.append((schema.SEQ, "range", scope.seq_range))
     if scope.prev_round_ids is not None:
         out.append((schema.PREV_ROUND_ID, "any", list(scope.prev_round_ids)))
+    if scope.image_ids is not None:
+        out.append((schema.IMAGE_ID, "any", list(scope.image_ids)))
     return out
 
 
