@@ -138,7 +138,8 @@ class VMemChatEngine(BaseChatEngine):
         ``[Image <id>] caption``: an image-only turn is not an empty message, and history and memory
         name a picture alike."""
         [stored] = self.index.add_round_inputs([replace(pending, assistant=answer, timestamp=today())])
-        spans = round_spans(pending, stored.metadata[schema.ROUND_KEY])
+        named = [replace(img, image_id=image_id) for img, image_id in zip(pending.images, stored.metadata[schema.IMAGE_IDS])]
+        spans = round_spans(replace(pending, images=named), stored.metadata[schema.ROUND_KEY])  # ids as stored
         return ChatMessage(role=MessageRole.USER,
                            content="\n".join(text for role, text in spans if role != schema.Role.ASSISTANT.value and text))
 

@@ -313,7 +313,7 @@ class VMemIndex:
         with _write_lock(self.store, self.memory_id):
             last = self._last_seq()
             self._sweep_unfinished(last)
-            keyed = with_distinct_image_ids(self._with_default_keys(inputs, first_seq=last + 1), self._stored_images)
+            keyed, renamed = with_distinct_image_ids(self._with_default_keys(inputs, first_seq=last + 1), self._stored_images)
             parsed = self._parser.parse_rounds(keyed, first_seq=last + 1)
             self._reject_existing(parsed)
             text_points, image_points = self._encode(parsed)
@@ -335,6 +335,9 @@ class VMemIndex:
             for p in parsed:
                 if p.session_id in known:
                     known[p.session_id] = max(known[p.session_id], last_default_number(p.session_id, [p.round_key]))
+        for r in renamed:
+            logger.warning("%s image %s: another picture has this id (in this memory or earlier in this call); stored as %r",
+                           r.item, r.given, r.stored)
         logger.info("memory %s: added %d rounds", self.memory_id, len(parsed))
         return [p.round_node for p in parsed]
 
@@ -406,10 +409,13 @@ class VMemIndex:
         ids = tuple(schema.round_id(self.memory_id, k) for k in keys)
         return {h.payload[schema.ROUND_KEY] for h in self.store.scroll(Collection.ROUNDS, self.scope(round_ids=ids))} if ids else set()
 
-    def _stored_images(self, image_ids: Set[str]) -> Dict[str, str]:
-        """Which picture (``stored_image_identity``) each of these ids names in this memory."""
-        hits = self.store.scroll(Collection.IMAGE, self.scope(image_ids=tuple(image_ids)))
-        return {h.payload[schema.IMAGE_ID]: stored_image_identity(h.payload) for h in hits}
+    def _stored_images(self, image_ids: Set[str]) -> Dict[str, Set[str]]:
+        """The pixel files (``stored_image_identity``) this memory holds under each of these ids."""
+        files: Dict[str, Set[str]] = {}
+        for h in self.store.scroll(Collection.IMAGE, self.scope(image_ids=tuple(image_ids))):
+            identity = stored_image_identity(h.payload)
+            files.setdefault(h.payload[schema.IMAGE_ID], set()).update([identity] if identity else [])
+        return files
 
     def _reject_existing(self, parsed: List[ParsedRound]) -> None:
         ids = tuple(p.round_node.node_id for p in parsed)

@@ -10,11 +10,11 @@ the index writes their bytes when it commits the round.
 from __future__ import annotations
 
 import datetime
-import logging
+import itertools
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from llama_index.core.base.llms.types import AudioBlock, ChatMessage, ImageBlock, MessageRole, TextBlock
 from llama_index.core.node_parser.interface import NodeParser
@@ -31,8 +31,6 @@ from pydantic import Field, PrivateAttr
 from . import images, schema
 from .schema import is_utf8, visible
 from .errors import VMemInputError
-
-logger = logging.getLogger(__name__)
 
 #: Turns an audio block into its transcript.
 Transcriber = Callable[[AudioBlock], str]
@@ -79,7 +77,8 @@ class RoundInput:
     def item(self, fallback: Union[int, str]) -> str:
         """How errors name this round: as the caller gave it, else by its key, else ``fallback``
         (its place in the call, or the default key it is about to get)."""
-        return self.origin or f"round {_printable(str(self.round_key)[:200]) if self.round_key else fallback}"
+        shown = self.round_key is not None and visible(str(self.round_key))
+        return self.origin or f"round {_printable(str(self.round_key)[:200]) if shown else fallback}"
 
 
 @dataclass
@@ -518,47 +517,72 @@ def image_ids(imgs: Sequence[ImageInput], round_key: str, item: str) -> List[str
     return out
 
 
-#: Looks up which picture each of these image ids names in the memory already (``image_identity``).
-StoredImages = Callable[[Set[str]], Dict[str, str]]
+#: The pixel files (``image_identity``) the memory holds under each of these image ids; an id held
+#: by caption-only images maps to an empty set, an id not held is left out.
+StoredImages = Callable[[Set[str]], Dict[str, Set[str]]]
+#: Suffixed ids looked up in one store query when an id must move on.
+_ID_CHUNK = 32
 
 
-def image_identity(img: ImageInput) -> str:
-    """What makes a loaded image the same picture as another: its pixels' file (named by content),
-    or, for an image given by caption only, that caption."""
-    return img.checked.file_name if img.checked is not None else f"caption:{img.caption or ''}"
+@dataclass(frozen=True)
+class Renamed:
+    """An image whose id another picture had, and the id it was stored under."""
+
+    item: str
+    given: str
+    stored: str
 
 
-def stored_image_identity(payload: Mapping[str, Any]) -> str:
+def image_identity(img: ImageInput) -> Optional[str]:
+    """The file of a loaded image's pixels (named by content), or None for an image given by caption
+    only, which may describe a picture the memory holds: only two different files prove two pictures."""
+    return img.checked.file_name if img.checked is not None else None
+
+
+def stored_image_identity(payload: Mapping[str, Any]) -> Optional[str]:
     """``image_identity`` of a stored image unit, read from its payload."""
-    return Path(payload[schema.IMAGE_PATH]).name if payload.get(schema.HAS_PIXELS) else f"caption:{payload.get(schema.CAPTION) or ''}"
+    return Path(payload[schema.IMAGE_PATH]).name if payload.get(schema.HAS_PIXELS) else None
 
 
-def with_distinct_image_ids(rounds: Sequence[RoundInput], stored: StoredImages) -> List[RoundInput]:
-    """``rounds`` (keyed, images loaded) with every image's id written out, each naming one picture
-    in the memory: an id that ``stored`` (or an earlier round of this call) gives another picture
-    moves on to ``<id> (2)``, ``(3)``, ... with a warning, while the same picture shared again keeps
-    its id. Delivery names pictures by id (DeliverMem's readable identity), and a camera's
-    ``IMG_0001.jpg`` names a new photo every time it is reset."""
+def with_distinct_image_ids(rounds: Sequence[RoundInput], stored: StoredImages) -> Tuple[List[RoundInput], List[Renamed]]:
+    """``rounds`` (keyed, images loaded) with every image's id written out, so that no id names two
+    pictures: an id the memory (or an earlier round of this call) holds for other pixels moves on to
+    the first ``<id> (2)``, ``(3)``, ... that no other picture holds and no round of the call names.
+    The same pixels shared again, or an image given by caption only, keep their id. Delivery names
+    pictures by id (DeliverMem's readable identity), and a camera's ``IMG_0001.jpg`` names a new
+    photo every time it is reset. Returns the rounds and what was renamed."""
     planned = [image_ids(r.images, r.round_key, r.item(r.round_key)) for r in rounds]
-    wanted = {image_id for ids in planned for image_id in ids}
-    owners = stored(wanted) if wanted else {}
-    out = []
+    named = {image_id for ids in planned for image_id in ids}
+    owners = stored(named) if named else {}
+    out, renamed = [], []
     for r, ids in zip(rounds, planned):
         images = []
         for img, image_id in zip(r.images, ids):
-            identity, final, n = image_identity(img), image_id, 1
-            while owners.get(final, identity) != identity or (final != image_id and final in ids):
-                n += 1
-                final = f"{image_id} ({n})"
-                if final not in owners:
-                    owners.update(stored({final}))
-            if final != image_id:
-                logger.warning("%s image %s: another picture in this memory has this id; stored as %r",
-                               r.item(r.round_key), image_id, final)
-            owners[final] = identity
+            identity, final = image_identity(img), image_id
+            if not _same_picture(owners.get(image_id, set()), identity):
+                final = _free_id(image_id, identity, owners, named, stored)
+                renamed.append(Renamed(r.item(r.round_key), image_id, final))
+            if identity is not None:
+                owners.setdefault(final, set()).add(identity)
             images.append(replace(img, image_id=final))
         out.append(replace(r, images=images))
-    return out
+    return out, renamed
+
+
+def _same_picture(files: Set[str], identity: Optional[str]) -> bool:
+    return identity is None or files <= {identity}
+
+
+def _free_id(base: str, identity: Optional[str], owners: Dict[str, Set[str]], named: Set[str], stored: StoredImages) -> str:
+    """The first ``<base> (n)`` that holds no other picture and that no round of the call names,
+    looked up ``_ID_CHUNK`` at a time (fills ``owners`` with what it reads)."""
+    def candidates() -> Iterator[str]:
+        for first in itertools.count(2, _ID_CHUNK):
+            chunk = [f"{base} ({n})" for n in range(first, first + _ID_CHUNK)]
+            owners.update(stored({c for c in chunk if c not in owners}))
+            yield from chunk
+
+    return next(c for c in candidates() if c not in named and _same_picture(owners.get(c, set()), identity))
 
 
 def message_extra(item: str, message: ChatMessage, name: str) -> List[Any]:

@@ -508,6 +508,8 @@ def test_text_over_the_size_limit_is_refused_by_field(memory, call, item, field)
          "'caption' must be a string, got int"),
         (lambda m: m.add_round_inputs([RoundInput(user="x", timestamp={"day": 1})]), "round 0",
          "'timestamp' must be a string, got dict"),
+        (lambda m: m.add_round_inputs([RoundInput(user="x", round_key="\u200b")]), "round 0",
+         "'round_key' must have a visible character"),
     ],
     ids=[
         "user_int", "assistant_list", "add_messages_str", "add_messages_single_message", "add_rounds_dict",
@@ -518,7 +520,7 @@ def test_text_over_the_size_limit_is_refused_by_field(memory, call, item, field)
         "image_id_twice_in_a_round", "transcripts_str", "transcript_none", "image_ids_str",
         "image_ids_for_no_image", "transcripts_past_the_audio",
         "round_inputs_empty", "round_inputs_dicts", "round_input_user_int", "round_input_audio_str",
-        "round_input_image_dict", "round_input_caption_int", "round_input_timestamp_dict",
+        "round_input_image_dict", "round_input_caption_int", "round_input_timestamp_dict", "round_input_key_invisible",
     ],
 )
 def test_wrong_types(memory, call, item, words):

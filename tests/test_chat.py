@@ -295,6 +295,17 @@ def test_an_image_only_turn_is_named_in_the_chat_history_not_left_empty(make_ind
     assert "[Image S:1:IMG_1] a tabby cat" in llm.prompts[-1], "the next turn's LLM input names the picture"
 
 
+def test_the_chat_history_names_a_picture_by_the_id_the_memory_stored_it_under(make_index, photos):
+    """Another picture already has the id the app sent: history and memory must name the new one alike."""
+    index = _memory(make_index, photos)
+    index.add_round(user="Our rocket trip.", images=[{"image_id": "IMG_0001", "path": str(photos["rocket"])}])
+    engine = index.as_chat_engine(llm=ScriptedLLM(default="That is Mochi."), session_id="S")
+    engine.chat(ChatMessage(role=MessageRole.USER, blocks=[ImageBlock(path=photos["chelsea"])],
+                            additional_kwargs={"image_ids": ["IMG_0001"], "image_captions": ["a tabby cat"]}))
+    assert _rounds(index)[-1].metadata["image_ids"] == ["IMG_0001 (2)"]
+    assert engine.chat_history[0].content == "[Image IMG_0001 (2)] a tabby cat"
+
+
 def test_a_url_image_in_a_chat_turn_is_fetched_once_and_used_for_retrieval_and_storage(make_index, photos):
     from conftest import image_server
 

@@ -353,29 +353,54 @@ def test_an_image_node_is_delivered_from_the_memorys_own_copy_never_from_the_pat
 
 def test_two_pictures_given_one_id_are_delivered_apart_and_a_picture_shared_again_keeps_its_id(make_index, photos, caplog):
     """A camera names every photo ``IMG_0001.jpg`` after a reset: each picture must still reach the
-    model under an id of its own, or it cannot tell which one the user means."""
+    model under an id of its own, or it cannot tell which one the user means. Only other pixels
+    move an id on: a caption alone may describe the stored picture again."""
     import logging
 
     index = make_index()
-    img = lambda name: {"image_id": "IMG_0001", "path": str(photos[name])}  # noqa: E731
+    img = lambda name, image_id="IMG_0001": {"image_id": image_id, "path": str(photos[name])}  # noqa: E731
     index.add_rounds([{"round_key": "T:1", "session_id": "T", "user": "Our rocket trip.", "images": [img("rocket")]}])
     with caplog.at_level(logging.WARNING, logger="llama_index_vmem"):
         index.add_rounds([{"round_key": "T:2", "session_id": "T", "user": "My cat at home.", "images": [img("chelsea")]},
                           {"round_key": "T:3", "session_id": "T", "user": "The rocket once more.", "images": [img("rocket")]},
-                          {"round_key": "T:4", "session_id": "T", "user": "A tabby cat.",
-                           "images": [{"image_id": "IMG_0001", "caption": "a tabby cat"},
-                                      {"image_id": "IMG_0001 (2)", "path": str(photos["chelsea"])}]}])
+                          {"round_key": "T:4", "session_id": "T", "user": "That rocket again.",
+                           "images": [{"image_id": "IMG_0001", "caption": "the rocket"}]},
+                          {"round_key": "T:5", "session_id": "T", "user": "Horse.", "images": [img("horse")]},
+                          {"round_key": "T:6", "session_id": "T", "user": "Coffee.", "images": [img("coffee", "IMG_0001 (3)")]}])
+        index.add_rounds([{"round_key": "T:7", "session_id": "T", "user": "The cat again.", "images": [img("chelsea")]}])
     ids = {r.round.metadata["round_key"]: r.round.metadata["image_ids"] for r in index.rounds()}
-    assert ids == {"T:1": ["IMG_0001"], "T:2": ["IMG_0001 (2)"], "T:3": ["IMG_0001"], "T:4": ["IMG_0001 (3)", "IMG_0001 (2)"]}
-    assert "round T:2 image IMG_0001: another picture in this memory has this id; stored as 'IMG_0001 (2)'" in caplog.text
-    assert "[Image IMG_0001 (3)] a tabby cat" in index.rounds(["T:4"])[0].round.text
+    assert ids == {"T:1": ["IMG_0001"], "T:2": ["IMG_0001 (2)"], "T:3": ["IMG_0001"], "T:4": ["IMG_0001"],
+                   "T:5": ["IMG_0001 (4)"], "T:6": ["IMG_0001 (3)"], "T:7": ["IMG_0001 (2)"]}, \
+        "a rename skips an id a later round of the call names, and finds the id the same picture was given before"
+    assert ("round T:2 image IMG_0001: another picture has this id (in this memory or earlier in this call); "
+            "stored as 'IMG_0001 (2)'") in caplog.text
+    assert caplog.text.count("another picture has this id") == 3
+    assert "[Image IMG_0001 (4)]" in index.rounds(["T:5"])[0].round.text
 
     llm = MockLLMWithChatMemoryOfLastCall()
-    index.as_query_engine(llm=llm, delivery="pixels", similarity_top_k=4).query("Which photos did I share?")
+    index.as_query_engine(llm=llm, delivery="pixels", similarity_top_k=7).query("Which photos did I share?")
     blocks = _sent(llm)
     labels = {}
     for i, block in enumerate(blocks):
         if isinstance(block, ImageBlock):
             label = re.findall(r"\[image ([^\]]+)\]$", blocks[i - 1].text.strip())[0]
             labels.setdefault(label, set()).add(hashlib.sha256(Path(block.path).read_bytes()).hexdigest())
-    assert set(labels) == {"IMG_0001", "IMG_0001 (2)"} and all(len(files) == 1 for files in labels.values())
+    assert {"IMG_0001", "IMG_0001 (2)", "IMG_0001 (4)"} <= set(labels) and all(len(files) == 1 for files in labels.values())
+
+
+def test_a_rename_is_looked_up_a_chunk_at_a_time_and_not_logged_when_the_add_fails(make_index, photos, caplog, monkeypatch):
+    import logging
+
+    index = make_index()
+    index.add_rounds([{"round_key": f"K:{n}", "images": [{"image_id": "P" if n == 0 else f"P ({n + 1})", "path": str(photos[name])}]}
+                      for n, name in enumerate(["rocket", "chelsea", "coffee", "horse"])])
+    calls = []
+    lookup = index._stored_images
+    monkeypatch.setattr(index, "_stored_images", lambda ids: calls.append(sorted(ids)) or lookup(ids))
+    with caplog.at_level(logging.WARNING, logger="llama_index_vmem"):
+        [node] = index.add_rounds([{"round_key": "K:9", "images": [{"image_id": "P", "path": str(photos["camera"])}]}])
+        assert node.metadata["image_ids"] == ["P (5)"] and len(calls) == 2, "the id as given, then one chunk of suffixes"
+        caplog.clear()
+        with pytest.raises(VMemInputError, match="already stored"):
+            index.add_rounds([{"round_key": "K:9", "images": [{"image_id": "P", "path": str(photos["astronaut"])}]}])
+    assert "another picture has this id" not in caplog.text, "nothing was stored, so nothing was renamed"
