@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Set, Union
@@ -43,6 +44,8 @@ def export_memory(index: "VMemIndex", path: Union[str, Path]) -> Path:
     path = Path(path)
     if path.is_dir():
         raise VMemInputError(f"archive {path}", "is a directory: name the zip file to write")
+    if not path.parent.is_dir():
+        raise VMemInputError(f"archive {path}", f"cannot be written: there is no folder {path.parent}")
     points = {c: index.store.points(c, index.scope()) for c in Collection}
     sources = _image_files(index, points[Collection.IMAGE])
     tmp = path.with_name(path.name + ".tmp")
@@ -104,7 +107,7 @@ def read_archive(path: Union[str, Path]) -> Archive:
             for info in archive.infolist():
                 if info.filename.startswith(f"{IMAGES}/") and not info.is_dir():
                     images[Path(info.filename).name] = _image(path, archive, info)
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
+    except (OSError, KeyError, ValueError, EOFError, zlib.error, zipfile.BadZipFile) as e:  # zlib, EOF: damaged deflate data
         raise VMemInputError(f"archive {path}", f"is not a memory archive ({e})") from e
     if not isinstance(document, dict):
         raise VMemInputError(f"archive {path}", f"is not a memory archive ({MEMORY_JSON} holds no object)")
@@ -221,6 +224,9 @@ def _check(points: Dict[Collection, List[PointData]], dims: LaneDims) -> None:
                 raise ValueError(f"point {p.id}: its payload holds text that cannot be stored as UTF-8 (a lone surrogate)")
             for name, v in p.vectors.items():
                 if isinstance(v, Sparse):
+                    if name != schema.TEXT_SPARSE or len(v.indices) != len(v.values) or not all(
+                            type(i) is int and i >= 0 for i in v.indices) or not all(isinstance(x, (int, float)) for x in v.values):
+                        raise ValueError(f"point {p.id}: sparse vector {name!r} must pair whole-number indices with numbers")
                     continue
                 rows = v if name == schema.VISUAL_REGIONS else [v]
                 if name not in sizes or not rows or any(len(row) != sizes[name] for row in rows):

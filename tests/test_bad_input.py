@@ -808,7 +808,8 @@ def test_an_engine_option_of_the_wrong_kind_is_refused_by_name_when_the_engine_i
     (lambda m, tmp: m.rounds(offset=True), "page", "offset must be >= 0"),
     (lambda m, tmp: m.rounds(limit=True), "page", "limit >= 1"),
     (lambda m, tmp: m.export_archive(tmp), "archive {tmp}", "is a directory"),
-], ids=["chat_number", "offset_bool", "limit_bool", "export_to_a_folder"])
+    (lambda m, tmp: m.export_archive(tmp / "nowhere" / "m.zip"), "archive {tmp}/nowhere/m.zip", "there is no folder"),
+], ids=["chat_number", "offset_bool", "limit_bool", "export_to_a_folder", "export_into_a_missing_folder"])
 def test_a_turn_page_or_archive_of_the_wrong_kind_is_refused_by_name(memory, tmp_path, call, item, words):
     """``chat(123)`` said the query was empty, ``rounds(offset=True)`` read True as page 1, and an
     export to a folder failed with a bare IsADirectoryError."""

@@ -2,6 +2,7 @@
 with a scripted LLM for anchors, answers and the judge."""
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import BENCH_DATA as DATA
@@ -455,6 +456,16 @@ def test_what_would_fail_after_the_run_is_refused_before_it(tmp_path):
     (tmp_path / "empty.json").write_text("[]")
     with pytest.raises(SystemExit, match="no conversations in .*empty.json"):
         cli.main(["locomo", str(tmp_path / "empty.json")])
+    with pytest.raises(SystemExit, match=f"--out {tmp_path}: is a folder"):
+        cli.main(["memgallery", dialog, "--out", str(tmp_path)])
+    for out, report in (("r.json", "r.json"), ("r.png", "r.md")):  # the report's chart is r.png
+        with pytest.raises(SystemExit, match="must be three different files"):
+            cli.main(["memgallery", dialog, "--out", str(tmp_path / out), "--report", str(tmp_path / report)])
+    data = json.loads(Path(dialog).read_text())
+    data["human-annotated QAs"][1]["question"] = " "
+    (tmp_path / "blank.json").write_text(json.dumps(data))
+    with pytest.raises(SystemExit, match="blank.json: not a readable memgallery file .*question blank#1 has no question text"):
+        cli.main(["memgallery", str(tmp_path / "blank.json")])
 
 
 def test_an_image_file_that_is_no_image_stops_the_run_naming_it(tmp_path, photos):

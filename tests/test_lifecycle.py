@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import zipfile
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -726,7 +727,12 @@ def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, t
                                   ("caption.zip", edited(lambda p: p["payload"].update(caption={"a": 1})), "caption must be text"),
                                   ("ids.zip", edited(lambda p: p["payload"].update(image_ids=[7])), "image_ids must be a list of text"),
                                   ("surrogate.zip", edited(lambda p: p["payload"].update(timestamp="\ud800")), "cannot be stored as UTF-8"),
-                                  ("vector.zip", edited(short_vector), "does not fit this store")):
+                                  ("vector.zip", edited(short_vector), "does not fit this store"),
+                                  ("sparse.zip", edited(lambda p: [v["values"].pop() for v in p["vectors"].values() if isinstance(v, dict)]),
+                                   "sparse vector 'text_sparse' must pair"),
+                                  ("sparse-ids.zip", edited(lambda p: [v.update(indices=[str(i) for i in v["indices"]])
+                                                                      for v in p["vectors"].values() if isinstance(v, dict)]),
+                                   "sparse vector 'text_sparse' must pair")):
         with pytest.raises(VMemInputError, match=message):
             VMemIndex.from_archive(crafted(name, change), path=tmp_path / name.replace(".zip", ""), **opened)
         target = VMemIndex.from_defaults(path=tmp_path / name.replace(".zip", ""), **opened)
@@ -734,6 +740,22 @@ def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, t
             assert len(target) == 0 and not [p for p in target.image_dir.rglob("*") if p.is_file()]
         finally:
             target.close()
+
+
+def test_an_archive_with_damaged_compressed_data_is_refused_by_name(open_memory, photos, tmp_path, minilm, tiny_siglip):
+    """zipfile raises zlib.error, not BadZipFile, for deflate data that is damaged inside an intact zip."""
+    index = open_memory()
+    index.add_rounds(_conversation(photos)[:1])
+    archive = index.export_archive(tmp_path / "m.zip")
+    raw = bytearray(archive.read_bytes())
+    info = zipfile.ZipFile(archive).getinfo("memory.json")
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra) + 5
+    raw[start:start + 8] = bytes(b ^ 0xFF for b in raw[start:start + 8])
+    damaged = tmp_path / "damaged.zip"
+    damaged.write_bytes(bytes(raw))
+    with pytest.raises(VMemInputError, match=f"archive {re.escape(str(damaged))}: is not a memory archive"):
+        VMemIndex.from_archive(damaged, path=tmp_path / "copy", embed_model=minilm, image_encoder=tiny_siglip)
+    assert len(index) == 1
 
 
 def test_nul_in_ids_and_non_dates_are_refused_or_ignored(open_memory, photos):

@@ -136,7 +136,15 @@ def _prepare_run(args: argparse.Namespace, llm) -> None:
         raise SystemExit("--qa on memgallery needs its judge prompt (--judge-prompt .../prompts/llm_judge.txt)")
     if args.judge_prompt is not None and not args.judge_prompt.is_file():
         raise SystemExit(f"--judge-prompt {args.judge_prompt}: no such file")
-    for target in (args.out, args.report):
+    chart = report.chart_path(args.report)
+    targets = {"--out": args.out, "--report": args.report, "--report's chart": chart}
+    for flag, target in targets.items():
+        if target.is_dir():
+            raise SystemExit(f"{flag} {target}: is a folder; give a file path")
+    if len({t.resolve() for t in targets.values()}) < len(targets):
+        raise SystemExit(f"--out {args.out}, --report {args.report} and its chart {chart} must be three different files: "
+                         "one would overwrite another")
+    for target in targets.values():
         target.parent.mkdir(parents=True, exist_ok=True)
 
 

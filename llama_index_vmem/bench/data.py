@@ -83,6 +83,11 @@ class BenchQuestion:
     image_path: Optional[Path] = None
     image_caption: Optional[str] = None
 
+    def __post_init__(self) -> None:
+        """Refused when the data is read, naming the question, not when it is asked after every build."""
+        if not isinstance(self.question, str) or not self.question.strip():
+            raise ValueError(f"question {self.qid} has no question text: {self.question!r:.80}")
+
 
 @dataclass
 class BenchConversation:

@@ -96,7 +96,12 @@ def bar_chart(results: Dict[str, Any], path: Path, metric: str = "hit@k") -> Non
     plt.close(fig)
 
 
+def chart_path(report_path: Path) -> Path:
+    """Where ``write`` puts the report's per-category chart: next to it, as a PNG."""
+    return report_path.with_suffix(".png")
+
+
 def write(results: Dict[str, Any], report_path: Path) -> None:
-    chart = report_path.with_suffix(".png")
+    chart = chart_path(report_path)
     bar_chart(results, chart)
     report_path.write_text(markdown(results, chart.name))
