@@ -113,7 +113,9 @@ def read_source(
         if not isinstance(path, (str, os.PathLike)):
             raise VMemInputError(item, f"image path must be a str or path, got {type(path).__name__}")
         return _read_file(item, Path(path), fence)
-    return _read_url(item, str(url), fence)
+    if not isinstance(url, str):
+        raise VMemInputError(item, f"image url must be a str, got {type(url).__name__}")
+    return _read_url(item, url, fence)
 
 
 def _read_file(item: str, path: Path, fence: Optional[Fence]) -> bytes:

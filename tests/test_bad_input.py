@@ -138,6 +138,8 @@ BAD_IMAGES: Dict[str, Tuple[Callable[[Path, Dict[str, Path]], Dict[str, Any]], s
     "javascript_url": (lambda d, ph: {"url": "javascript:alert(1)"}, "unsupported URL scheme 'javascript'"),
     "str_as_bytes": (lambda d, ph: {"bytes": "iVBORw0KGgo="}, "image bytes must be bytes, got str"),
     "path_of_wrong_type": (lambda d, ph: {"path": 123}, "image path must be a str or path, got int"),
+    "url_of_wrong_type": (lambda d, ph: {"url": 5}, "image url must be a str, got int"),
+    "url_as_bytes": (lambda d, ph: {"url": b"https://example.com/cat.png"}, "image url must be a str, got bytes"),
     "two_sources": (lambda d, ph: {"path": str(ph["horse"]), "url": "https://example.com/h.png"},
                     "exactly one of path, bytes or url"),
     # PIL hands EPS to Ghostscript, which this file keeps busy forever: not a format read here
