@@ -150,13 +150,14 @@ def import_memory(index: "VMemIndex", archive: Archive) -> int:
     except (KeyError, TypeError, ValueError) as e:
         raise VMemInputError(f"archive {archive.path}", f"has a malformed point ({e!r})") from e
     written: List[Path] = []
-    try:
+    try:  # pictures after the units that record them, as an add writes them
+        for c in (Collection.TEXT, Collection.IMAGE):
+            index.store.upsert(c, rehomed[c])
         for loaded in archive.images.values():
             target = index.image_dir / loaded.file_name
             if not target.exists():
                 written.append(image_io.save(loaded, index.image_dir))
-        for c in (Collection.TEXT, Collection.IMAGE, Collection.ROUNDS):
-            index.store.upsert(c, rehomed[c])
+        index.store.upsert(Collection.ROUNDS, rehomed[Collection.ROUNDS])
     except BaseException:
         for c in (Collection.ROUNDS, Collection.IMAGE, Collection.TEXT):
             index.store.delete(c, index.scope())

@@ -2,7 +2,8 @@
 
 Building the memory calls no LLM: rounds are parsed, encoded locally and appended. A round is
 written whole or not at all: everything is validated and encoded before the first write, units
-go to their lanes first and the round record last, and a failed write is rolled back.
+go to their lanes first, then their pictures, and the round record last; a failed write is rolled
+back, and what a killed one left is swept when the memory is next opened or written.
 """
 
 from __future__ import annotations
@@ -320,13 +321,13 @@ class VMemIndex:
             self._link_to_stored(parsed)
             round_points = [PointData(p.round_node.node_id, _round_payload(p)) for p in parsed]
             written: List[Path] = []
-            try:
+            try:  # pictures after the units that record them: the sweep finds a killed add's files through its units
+                self.store.upsert(Collection.TEXT, text_points)
+                self.store.upsert(Collection.IMAGE, image_points)
                 for p in parsed:
                     for path, loaded in p.pending_images.items():
                         if not path.exists():
                             written.append(image_io.save(loaded, self.image_dir))
-                self.store.upsert(Collection.TEXT, text_points)
-                self.store.upsert(Collection.IMAGE, image_points)
                 self.store.upsert(Collection.ROUNDS, round_points)
             except BaseException:
                 self._rollback([p.round_node.node_id for p in parsed], written)

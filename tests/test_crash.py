@@ -1,6 +1,7 @@
 """Crash safety: a child process appending rounds is killed (SIGKILL) at random points, again and
 again, on the same store; after every kill the store opens, every round whose add call returned
-is there, and no round is half-written."""
+is there, and no round is half-written. A child killed at a chosen point of an add leaves no
+picture file behind."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from llama_index_vmem import VMemIndex
 from llama_index_vmem.store import Collection
 
 CHILD = Path(__file__).with_name("ingest_child.py")
+KILLED_ADD_CHILD = Path(__file__).with_name("killed_add_child.py")
 KILLS = 8
 
 
@@ -77,3 +81,22 @@ def test_killed_ingestion_keeps_every_returned_round_and_no_half_round(tmp_path,
             index.close()
     assert confirmed, "no add call returned before a kill: the test did not exercise ingestion"
     assert stored_counts == sorted(stored_counts), "a later kill never takes back an earlier round"
+
+
+@pytest.mark.parametrize("die", ["after_picture_saved", "before_round_record"])
+def test_a_picture_saved_by_a_killed_add_is_removed_when_the_memory_next_opens(tmp_path, minilm, tiny_siglip, photos, die):
+    """Killed after saving its picture, an add that never wrote its round leaves no file behind
+    once the memory is opened again, and the stored round's picture stays."""
+    store = tmp_path / "memory"
+    child = subprocess.run([sys.executable, str(KILLED_ADD_CHILD), str(store), tiny_siglip.model_name,
+                            str(photos["chelsea"]), str(photos["coffee"]), die], capture_output=True, text=True)
+    assert child.returncode == 9, child.stderr[-2000:]
+    index = VMemIndex.from_defaults(path=store, memory_id="crash", embed_model=minilm, image_encoder=tiny_siglip)
+    try:
+        [stored] = index.rounds(limit=10)
+        assert stored.round.metadata["round_key"] == "R1"
+        recorded = {Path(h.payload["image_path"]).name for h in index.store.scroll(Collection.IMAGE, index.scope())}
+        assert len(recorded) == 1
+        assert {p.name for p in index.image_dir.iterdir() if p.is_file()} == recorded
+    finally:
+        index.close()
