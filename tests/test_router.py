@@ -110,6 +110,6 @@ def test_only_a_text_to_text_query_at_round_level_carries_scores_into_image_roun
                                   ("What breed is this?", "x.png", None), ("What breed is this?", None, "a small dog"),
                                   ("Which picture is this?", "x.png", None)]}
     assert list(weight.values()) == [CONFIG.follow_up_weight, 0.0, 0.0, 0.0, 0.0]
-    assert CONFIG.follow_up_weight == 0.25
+    assert CONFIG.follow_up_weight == 0.1
     assert ROUTER.route(VMemQueryBundle("What did I cook?"), CONFIG.override(round_level=False)).follow_up_weight == 0.0
     assert ROUTER.route(VMemQueryBundle("What did I cook?"), CONFIG.override(follow_up_weight=0.5)).follow_up_weight == 0.5
