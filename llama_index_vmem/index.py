@@ -3,7 +3,8 @@
 Building the memory calls no LLM: rounds are parsed, encoded locally and appended. A round is
 written whole or not at all: everything is validated and encoded before the first write, units
 go to their lanes first, then their pictures, and the round record last; a failed write is rolled
-back, and what a killed one left is swept when the memory is next opened or written.
+back, and what a killed one left is swept by the memory's next add (and on opening it, where no
+other process can reach the store).
 """
 
 from __future__ import annotations
@@ -144,9 +145,10 @@ class VMemIndex:
             self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
             self.lane_dims = self._dims()
             store.ensure_collections(self.lane_dims, self.manifest())
-            with _write_lock(store, memory_id):
-                self._sweep_unfinished(self._last_seq())
-                lifecycle.sweep_trash(self)
+            if store.exclusive:  # on a server another process may be mid-write: its leftovers wait for the next add or forget
+                with _write_lock(store, memory_id):
+                    self._sweep_unfinished(self._last_seq())
+                    lifecycle.sweep_trash(self)
         except BaseException:
             store.close()  # a memory that fails to open (refused, bad id, a failed sweep) must not hold the shared store open
             raise

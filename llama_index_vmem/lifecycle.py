@@ -122,6 +122,7 @@ def forget(index: "VMemIndex", selection: Selection) -> int:
     Returns how many rounds were removed. Rounds after a removed run are relinked to the round
     before it, so neighbour assembly joins across the gap.
     """
+    sweep_trash(index)
     rounds = select(index, selection)
     if not rounds and not selection.is_everything:
         return 0
@@ -175,7 +176,8 @@ def _put_back(moved: List[Path], trash: Path) -> None:
 
 def sweep_trash(index: "VMemIndex") -> None:
     """Files a killed ``forget`` had moved aside: they were being forgotten, so they go, and running
-    that forget again removes whatever of their rounds it had not."""
+    that forget again removes whatever of their rounds it had not. Run by the next forget, and on
+    opening a memory of a store no other process reaches."""
     for trash in index.image_dir.glob(f"{TRASH_PREFIX}*"):
         shutil.rmtree(trash, ignore_errors=True)
 

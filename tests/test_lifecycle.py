@@ -609,6 +609,48 @@ def test_pictures_of_an_add_killed_before_its_round_record_are_swept_on_open(ope
     assert files == [cat.name]
 
 
+def test_on_a_server_opening_a_memory_leaves_another_processs_write_alone(tmp_path, minilm, tiny_siglip, photos, monkeypatch):
+    """On a server another process may be between an add's units and its round record, or mid-forget
+    with files set aside: a handle opened meanwhile clears neither. The memory's next add clears the
+    units (and pictures) of an add that never finished, its next forget the files set aside."""
+    from qdrant_client import QdrantClient
+
+    from llama_index_vmem import VMemIndex
+    from llama_index_vmem.store.server import ServerLaneStore
+
+    monkeypatch.setattr(ServerLaneStore, "exclusive", property(lambda self: False), raising=False)  # as on a server
+    client = QdrantClient(location=":memory:")
+
+    def open_():
+        return VMemIndex.from_defaults(path=tmp_path / "m", client=client, embed_model=minilm, image_encoder=tiny_siglip)
+
+    writer = open_()
+    writer.add_rounds(_conversation(photos)[:1])
+    cat = Path(writer.rounds(["D1:1"])[0].units[2].image_path).name
+    writer.add_rounds(_conversation(photos)[3:5])  # the coffee, and the cat again
+    in_flight = writer.scope(round_ids=tuple(r.round.node_id for r in writer.rounds(["D2:1", "D2:2"])))
+    writer.store.delete(Collection.ROUNDS, in_flight)  # their round records are not written yet
+    aside = writer.image_dir / ".forgetting-elsewhere"
+    aside.mkdir()
+    (aside / "0-picture.png").write_bytes(b"pixels a forget set aside")
+    saved = sorted(p.name for p in writer.image_dir.iterdir() if p.is_file())
+    _, writing, _ = _layout(writer)
+    reader = open_()
+    rounds, roundless, _ = _layout(reader)
+    assert [key for key, _, _ in rounds] == ["D1:1"], "nothing half-written is listed"
+    assert writing and roundless == writing
+    assert sorted(p.name for p in reader.image_dir.iterdir() if p.is_file()) == saved and len(saved) == 2
+    assert aside.exists()
+    reader.add_round(user="A note for later.", round_key="D3:1", session_id="D3")
+    rounds, roundless, _ = _layout(reader)
+    assert [key for key, _, _ in rounds] == ["D1:1", "D3:1"] and roundless == []
+    assert [p.name for p in reader.image_dir.iterdir() if p.is_file()] == [cat]
+    reader.forget(["D3:1"])
+    assert not aside.exists()
+    for index in (writer, reader):
+        index.close()
+
+
 def test_forget_all_removes_every_file_of_the_memorys_own_image_folder(open_memory, photos):
     """forget_all forgets every saved image, also one no unit records (left by an add killed before
     its units were written, or a write that died before its rename); another memory's stay."""

@@ -223,6 +223,21 @@ def test_a_memory_that_fails_to_open_releases_the_store(tmp_path, minilm, tiny_s
     VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip).close()
 
 
+def test_only_a_store_no_other_process_reaches_is_exclusive(tmp_path):
+    """What opening a memory may clear depends on it (see ``LaneStore.exclusive``)."""
+    from llama_index_vmem.store.edge import open_edge_store
+    from llama_index_vmem.store.server import ServerLaneStore
+
+    edge = open_edge_store(tmp_path / "edge")
+    try:
+        assert edge.exclusive
+    finally:
+        edge.close()
+    assert ServerLaneStore(QdrantClient(location=":memory:")).exclusive
+    assert ServerLaneStore(QdrantClient(path=str(tmp_path / "local"))).exclusive
+    assert not ServerLaneStore(QdrantClient(url="http://127.0.0.1:1")).exclusive  # no request is made
+
+
 @pytest.mark.parametrize("backend", ["edge", "server"])
 def test_region_tiles_match_a_crop_to_its_picture(tmp_path, minilm, tiny_siglip, photos, backend):
     """With region tiles the visual signal scores a stored image by its best region (MaxSim)."""

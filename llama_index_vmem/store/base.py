@@ -219,6 +219,13 @@ class LaneStore(abc.ABC):
         """What two handles of the same stored data share: writers of one memory lock on it."""
         return id(self)
 
+    @property
+    def exclusive(self) -> bool:
+        """Whether no other process can reach the stored data (an embedded store locks its folder).
+        Only then may opening a memory clear what a killed writer left: elsewhere, another process
+        may be in the middle of that very write."""
+        return True
+
     def optimize(self) -> None:
         """Compact the store after a bulk load; a server optimizes itself, so by default nothing."""
 

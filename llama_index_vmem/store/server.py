@@ -43,6 +43,11 @@ class ServerLaneStore(LaneStore):
         ``from_defaults(url=...)`` handles make two clients, yet must share one write lock."""
         return (_server_of(self.client), self.prefix)
 
+    @property
+    def exclusive(self) -> bool:
+        """Local mode is this process's own; a server is shared by every process that reaches it."""
+        return isinstance(getattr(self.client, "_client", self.client), QdrantLocal)
+
     def name(self, collection: Collection) -> str:
         return f"{self.prefix}_{collection.value}"
 
