@@ -46,7 +46,7 @@ class ServerLaneStore(LaneStore):
     @property
     def exclusive(self) -> bool:
         """Local mode is this process's own; a server is shared by every process that reaches it."""
-        return isinstance(getattr(self.client, "_client", self.client), QdrantLocal)
+        return _server_of(self.client)[0] != "server"
 
     def name(self, collection: Collection) -> str:
         return f"{self.prefix}_{collection.value}"
