@@ -49,8 +49,10 @@ _BLOCK_START = re.compile(re.escape(BLOCK_SEPARATOR) + r"(?=\[(?:seen|session|ro
 ATTACHMENT_LABEL = "ATTACHED"
 ContentBlock = Union[TextBlock, ImageBlock]
 #: Model names that take images (OpenAI, Gemini, Claude, Qwen-VL, LLaVA, ...): ``pixels`` is their default.
-_VISION_MODELS = re.compile(r"gpt-4o|gpt-4\.1|gpt-5|o[134]\b|o[134]-|vision|gemini|claude-3|claude-(sonnet|opus|haiku)|"
+_VISION_MODELS = re.compile(r"gpt-4o|gpt-4\.1|gpt-5|\bo[134]\b|vision|gemini|claude-3|claude-(sonnet|opus|haiku)|"
                             r"-vl|vl-|llava|pixtral|llama-?3\.2.*vision|llama-4", re.IGNORECASE)
+#: Of those, the OpenAI reasoning models that take text only: an image sent to them fails the call.
+_TEXT_ONLY_MODELS = re.compile(r"\bo1-(mini|preview)|\bo3-mini", re.IGNORECASE)
 
 
 class DeliveryMode(str, Enum):
@@ -61,7 +63,8 @@ class DeliveryMode(str, Enum):
 def default_mode(llm: Optional[LLM]) -> DeliveryMode:
     """``pixels`` for a model known to see images, else ``text``; pass a mode to decide yourself."""
     name = getattr(getattr(llm, "metadata", None), "model_name", "") or ""
-    return DeliveryMode.PIXELS if _VISION_MODELS.search(name) else DeliveryMode.TEXT
+    sees_images = _VISION_MODELS.search(name) and not _TEXT_ONLY_MODELS.search(name)
+    return DeliveryMode.PIXELS if sees_images else DeliveryMode.TEXT
 
 
 @dataclass(frozen=True)

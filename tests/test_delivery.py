@@ -185,7 +185,11 @@ def test_nodes_of_other_retrievers_fused_in_pass_both_postprocessors_in_place(ma
 
 
 @pytest.mark.parametrize("model, mode", [("gpt-4o-mini", DeliveryMode.PIXELS), ("gemini-2.5-flash", DeliveryMode.PIXELS),
-                                         ("Qwen2.5-VL-32B", DeliveryMode.PIXELS), ("gpt-3.5-turbo", DeliveryMode.TEXT)])
+                                         ("Qwen2.5-VL-32B", DeliveryMode.PIXELS), ("gpt-3.5-turbo", DeliveryMode.TEXT),
+                                         ("o1", DeliveryMode.PIXELS), ("o4-mini", DeliveryMode.PIXELS),
+                                         ("openai/o3-2025-04-16", DeliveryMode.PIXELS), ("o1-mini", DeliveryMode.TEXT),
+                                         ("o1-preview", DeliveryMode.TEXT), ("o3-mini-2025-01-31", DeliveryMode.TEXT),
+                                         ("demo1", DeliveryMode.TEXT)])
 def test_default_mode_follows_the_model(model, mode):
     class Named(MockLLM):
         @property
