@@ -154,6 +154,11 @@ class VMemIndex:
             raise
 
     @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called on this handle, as a file object's ``closed`` says."""
+        return self._closed
+
+    @property
     def store(self) -> LaneStore:
         """The lane store. A closed handle refuses here, by name, rather than failing deep in a
         backend or, while another handle keeps the store open, quietly working on."""

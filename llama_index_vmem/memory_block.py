@@ -7,7 +7,8 @@ delivered content: text, or text with labelled pixels.
 
 ``Memory`` flushes whatever is oldest, so a flush may hold system and tool messages, tool-call
 steps, or a reply whose user message went in an earlier flush. Nothing of that may break a chat:
-what V-Mem cannot store is logged and left out, never raised.
+what V-Mem cannot store is logged and left out, never raised. A failure that is not the content's
+(a closed handle, a store that cannot be reached) is raised, once the flush's other exchanges are in.
 """
 
 from __future__ import annotations
@@ -123,8 +124,18 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
         return self._postprocessor.postprocess_nodes(self._retriever.retrieve_with_plan(query).nodes, query)
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
+        """Every exchange gets its try, and the first failure is raised after them: ``Memory`` has
+        already taken these messages out of its chat history, so one that fails must not cost the
+        exchanges after it their place in the memory."""
+        failures = []
         for exchange in _exchanges(messages):
-            await asyncio.to_thread(self._store, exchange)
+            try:
+                await asyncio.to_thread(self._store, exchange)
+            except Exception as e:
+                logger.error("not stored: a flushed exchange: %s", e)
+                failures.append(e)
+        if failures:
+            raise failures[0]
 
     def _store(self, exchange: list[ChatMessage]) -> None:
         """One round per exchange, under this block's ``session_id``: not the ``Memory``'s, a random
@@ -136,6 +147,8 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
             self.index.add_messages(exchange, **stamp)
             return
         except VMemInputError as e:
+            if self.index.closed:  # no fault of the exchange's: dropping it with a warning would lose it unseen
+                raise
             logger.warning("storing a flushed exchange as text only: %s", e)
         text_only = [ChatMessage(role=m.role, blocks=[b for b in m.blocks if isinstance(b, TextBlock)]) for m in exchange]
         try:

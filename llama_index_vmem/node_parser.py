@@ -390,8 +390,8 @@ class RoundNodeParser(NodeParser):
         cannot store before its LLM answers, and the bytes in hand are stored without a second read
         (a URL is fetched once, outside the memory's write lock)."""
         data = None
-        if block.image is not None and block.path is None:
-            data = block.resolve_image(as_base64=False).read()
+        if block.image is not None and block.path is None:  # empty bytes go on, for ``validate`` to refuse by name
+            data = block.resolve_image(as_base64=False).read() if block.image else b""
         image = ImageInput(
             image_id=optional_str(item, "image_id", ids[i]) if i < len(ids) else None,
             path=str(block.path) if block.path is not None else None,

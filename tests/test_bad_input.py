@@ -265,6 +265,13 @@ def test_bad_image_block_in_second_message_round(memory, fresh_image):
     assert "ftp" in err.problem
 
 
+def test_an_image_block_of_empty_bytes_is_refused_as_empty_by_name(memory, fresh_image):
+    messages = [user(blocks=[TextBlock(text="a good picture"), ImageBlock(path=Path(fresh_image["path"]))]), assistant("nice"),
+                user(blocks=[TextBlock(text="and this one"), ImageBlock(image=b"")]), assistant("I see nothing")]
+    err = rejected(memory, lambda: memory.add_messages(messages), item="message 2 image 0")
+    assert "empty" in err.problem
+
+
 @pytest.mark.parametrize("via", ["path", "file_url", "bytes", "data_url"])
 def test_image_over_max_bytes(memory, monkeypatch, tmp_path, photos, via):
     small = png_bytes((10, 220, 40))

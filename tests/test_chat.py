@@ -111,6 +111,49 @@ def test_memory_block_stores_what_memory_flushes_and_logs_what_it_leaves_out(mak
     assert "storing a flushed exchange as text only" in log and "audio needs a transcript" in log
 
 
+def _exchange(question, answer, *blocks):
+    return [ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text=question), *blocks]),
+            ChatMessage(role=MessageRole.ASSISTANT, content=answer)]
+
+
+def test_a_flushed_image_of_empty_bytes_is_stored_as_its_text_and_the_rest_of_the_flush_too(make_index, caplog):
+    index = make_index()
+    block = VMemMemoryBlock(index=index, session_id="S")
+    flushed = [*_exchange("My bike is red.", "Noted."), *_exchange("Here is the bike.", "Nice.", ImageBlock(image=b"")),
+               *_exchange("The locker code is 4417.", "Got it.")]
+    with caplog.at_level(logging.WARNING, logger="llama_index_vmem.memory_block"):
+        asyncio.run(block.aput(flushed))
+    assert [r.text for r in _rounds(index)] == ["User: My bike is red.\nAssistant: Noted.",
+                                               "User: Here is the bike.\nAssistant: Nice.",
+                                               "User: The locker code is 4417.\nAssistant: Got it."]
+    assert "message 0 image 0: image is empty" in caplog.text
+
+
+def test_a_flush_that_fails_stores_its_other_exchanges_then_raises(make_index, monkeypatch):
+    index = make_index()
+    block = VMemMemoryBlock(index=index, session_id="S")
+    add_messages = index.add_messages
+
+    def server_down_for_the_bike(messages, **kwargs):
+        if "bike" in messages[0].content:
+            raise ConnectionError("qdrant unreachable")
+        return add_messages(messages, **kwargs)
+
+    monkeypatch.setattr(index, "add_messages", server_down_for_the_bike)
+    flushed = [*_exchange("My bike is red.", "Noted."), *_exchange("The locker code is 4417.", "Got it.")]
+    with pytest.raises(ConnectionError, match="qdrant unreachable"):
+        asyncio.run(block.aput(flushed))
+    assert [r.text for r in _rounds(index)] == ["User: The locker code is 4417.\nAssistant: Got it."]
+
+
+def test_a_flush_into_a_closed_memory_is_refused_not_dropped(make_index, tmp_path):
+    index = make_index(path=tmp_path / "m", memory_id="m")
+    block = VMemMemoryBlock(index=index, session_id="S")
+    index.close()
+    with pytest.raises(VMemInputError, match="this handle is closed"):
+        asyncio.run(block.aput(_exchange("The locker code is 4417.", "Got it.")))
+
+
 def test_memory_block_stores_a_react_reply_as_its_answer(make_index):
     """A ReAct agent's reply is stored as its answer, without its scratchpad; a step that only
     called a tool told the user nothing and is left out."""
