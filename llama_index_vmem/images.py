@@ -66,14 +66,23 @@ class LoadedImage:
 #: The image folder of every memory opened in this process, wherever its image root is.
 _MEMORY_FOLDERS: Set[Path] = set()
 _MEMORY_FOLDERS_GUARD = threading.Lock()
+#: How a memory's folder is named under the store's image folder (``memory_folder``).
+_MEMORY_FOLDER_NAME = re.compile(r"[0-9a-f]{16}")
+
+
+def memory_folder(image_dir: Path, memory_id: str) -> Path:
+    """A memory's image folder: named by a hash of its id, so any id is a safe folder name.
+    Absolute, since payloads keep it: a store reopened from another directory finds its pictures."""
+    return Path(image_dir).absolute() / hashlib.sha256(memory_id.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
 class Fence:
     """A memory may read files anywhere except another memory's image folder, so a crafted path
     cannot copy or deliver another tenant's pictures. Memories of one store keep their folders
-    side by side under ``root``; a memory opened in this process is fenced off wherever its
-    folder is (memories opened without a shared ``image_dir`` each get a folder of their own)."""
+    side by side under ``root``, named as ``memory_folder`` names them, whether or not this process
+    opened them; a memory opened in this process is fenced off wherever its folder is. Other files
+    under ``root`` (a user's own photos kept in the ``images`` folder) are anyone's to read."""
 
     root: Path
     own: Path
@@ -86,11 +95,21 @@ class Fence:
         return cls(Path(own).parent, Path(own))
 
     def check(self, item: str, path: Union[str, os.PathLike]) -> None:
-        resolved, own = Path(path).resolve(), self.own.resolve()
+        resolved = Path(path).resolve()
+        if resolved.is_relative_to(self.own.resolve()):
+            return
         with _MEMORY_FOLDERS_GUARD:
-            fenced = [self.root.resolve(), *_MEMORY_FOLDERS]
-        if not resolved.is_relative_to(own) and any(resolved.is_relative_to(folder) for folder in fenced):
+            opened = list(_MEMORY_FOLDERS)
+        if any(resolved.is_relative_to(folder) for folder in opened) or self._beside_own(resolved):
             raise VMemInputError(item, f"{path} is in another memory's image folder")
+
+    def _beside_own(self, resolved: Path) -> bool:
+        """Inside a folder of ``root`` named as a memory's folder is named."""
+        root = self.root.resolve()
+        if not resolved.is_relative_to(root):
+            return False
+        parts = resolved.relative_to(root).parts
+        return len(parts) > 1 and _MEMORY_FOLDER_NAME.fullmatch(parts[0]) is not None
 
 
 def read_source(

@@ -10,7 +10,6 @@ other process can reach the store).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
 import io
 import logging
@@ -133,8 +132,7 @@ class VMemIndex:
             self.show_progress = show_progress
             self.region_tiles = region_tiles
             self.bm25 = Bm25Encoder()
-            # absolute, since payloads keep it: a store reopened from another directory finds its pictures
-            self.image_dir = Path(image_dir).absolute() / hashlib.sha256(memory_id.encode()).hexdigest()[:16]
+            self.image_dir = image_io.memory_folder(Path(image_dir), memory_id)
             self.image_fence = image_io.Fence.around(self.image_dir)
             #: Derived pixels kept beside the memory's images: labelled copies made for delivery, and
             #: attached query images given as bytes or URLs. Caches, but of this memory's pictures.

@@ -4,6 +4,7 @@ ids and forgets across memories, no call ever returns or changes another memory'
 from __future__ import annotations
 
 import itertools
+import shutil
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -76,3 +77,19 @@ def test_a_memory_id_that_shows_nothing_opens_no_memory(open_memory, memory_id):
         open_memory(memory_id)
     assert caught.value.item == "memory_id" and caught.value.problem == "must have a visible character"
     assert len(alice) == 1
+
+
+def test_photos_kept_in_the_image_folder_are_read_and_a_memory_folder_no_process_here_opened_is_not(open_memory, photos, tmp_path):
+    """The store's image folder may hold the user's own photos beside the memories' folders; a folder
+    named as a memory's is fenced off even when only another process opened that memory."""
+    alice = open_memory("alice", image_dir=tmp_path / "images")
+    mine = tmp_path / "images" / "uploads" / "coffee.jpg"
+    mine.parent.mkdir(parents=True)
+    shutil.copy(photos["coffee"], mine)
+    alice.add_round(user="my coffee", images=[{"image_id": "C", "path": str(mine)}], session_id="S")
+    unopened = tmp_path / "images" / "0123456789abcdef" / "theirs.jpg"  # another process's memory's folder
+    unopened.parent.mkdir()
+    shutil.copy(photos["coffee"], unopened)
+    with pytest.raises(VMemInputError, match="another memory's image folder"):
+        alice.add_round(user="theirs", images=[{"image_id": "T", "path": str(unopened)}], session_id="S")
+    assert [r.round.text for r in alice.rounds()] == ["User: my coffee\n[Image C]"]
