@@ -681,9 +681,16 @@ def _settings_llm() -> LLM:
         raise ValueError(f"a query or chat engine needs an LLM: pass llm=, or set Settings.llm ({e})") from None
 
 
+#: The most characters a memory id may hold: a tenant key (a user id, an email, a uuid), which every
+#: point of the memory carries, so a batch of points stays far inside a server's request limit.
+MAX_MEMORY_ID_CHARS = 1024
+
+
 def _check_memory_id(memory_id: Any) -> None:
     if not isinstance(memory_id, str) or not memory_id or "\x00" in memory_id or not schema.is_utf8(memory_id):
-        raise VMemInputError("memory_id", f"must be a non-empty UTF-8 string without NUL, got {memory_id!r}")
+        raise VMemInputError("memory_id", f"must be a non-empty UTF-8 string without NUL, got {memory_id!r:.200}")
+    if len(memory_id) > MAX_MEMORY_ID_CHARS:
+        raise VMemInputError("memory_id", f"is {len(memory_id)} characters, over the {MAX_MEMORY_ID_CHARS} limit")
     if not schema.visible(memory_id):  # a blank or invisible id opens a memory no one can tell from another
         raise VMemInputError("memory_id", "must have a visible character")
 

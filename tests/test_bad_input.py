@@ -653,16 +653,27 @@ def test_memory_usable_after_rejected_call(memory, fresh_image, tmp_path):
     (dict(neighbor_window=1.5), "config neighbor_window"), (dict(routing=1), "config routing"),
     (dict(follow_up_weight=-0.1), "config follow_up_weight"), (dict(follow_up_weight=float("nan")), "config follow_up_weight"),
     (dict(follow_up_weight="0.25"), "config follow_up_weight"), (dict(follow_up_weight=True), "config follow_up_weight"),
+    (dict(k=2**64), "config k"), (dict(candidate_pool=2**40), "config candidate_pool"),
 ], ids=["negative_k", "float_k", "bool_k", "negative_kappa", "empty_pool", "float_window", "int_as_bool",
-        "negative_weight", "nan_weight", "text_weight", "bool_weight"])
+        "negative_weight", "nan_weight", "text_weight", "bool_weight", "k_past_a_64_bit_count", "huge_pool"])
 def test_a_config_value_retrieval_would_misread_is_refused_when_the_retriever_is_made(memory, overrides, item):
     rejected(memory, lambda: memory.as_retriever(**overrides), item=item)
+
+
+def test_a_page_past_any_count_the_store_takes_lists_what_there_is(memory):
+    """``limit=2**64`` for "all" overflowed the embedded store's 64-bit count."""
+    everything = [r.round.node_id for r in memory.rounds(limit=1000)]
+    assert everything and [r.round.node_id for r in memory.rounds(limit=2**64)] == everything
+    assert [r.round.node_id for r in memory.rounds(offset=1, limit=2**64)] == everything[1:]
+    assert memory.rounds(offset=2**64) == []
 
 
 @pytest.mark.parametrize("query, item", [
     ("cat \ud800 name", "query"), (VMemQueryBundle("cat", image_caption=123), "query image caption"),
     (VMemQueryBundle("cat", image_caption="a \udce9 cat"), "query image caption"),
-], ids=["lone_surrogate", "caption_int", "caption_surrogate"])
+    (VMemQueryBundle("cat", custom_embedding_strs=["a cat", 1]), "query custom_embedding_strs 1"),
+    (VMemQueryBundle("cat", custom_embedding_strs=["a \ud800 cat"]), "query custom_embedding_strs 0"),
+], ids=["lone_surrogate", "caption_int", "caption_surrogate", "embedding_str_int", "embedding_str_surrogate"])
 def test_query_text_that_cannot_be_encoded_is_refused_by_name(memory, query, item):
     rejected(memory, lambda: memory.as_retriever().retrieve(query), item=item)
 

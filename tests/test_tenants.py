@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llama_index_vmem import VMemInputError, neighbours
+from llama_index_vmem.index import MAX_MEMORY_ID_CHARS
 from llama_index_vmem.schema import round_id
 from llama_index_vmem.store import Collection
 
@@ -78,6 +79,17 @@ def test_a_memory_id_that_shows_nothing_opens_no_memory(open_memory, memory_id):
     assert caught.value.item == "memory_id" and caught.value.problem == "must have a visible character"
     assert len(alice) == 1
 
+
+
+def test_a_memory_id_longer_than_a_tenant_key_opens_no_memory(open_memory):
+    """Every point carries its memory id: one of megabytes would fill a server request with copies."""
+    alice = open_memory("alice")
+    alice.add_round(user="hello there", round_key="K")
+    assert len(open_memory("u" * MAX_MEMORY_ID_CHARS)) == 0
+    with pytest.raises(VMemInputError) as caught:
+        open_memory("u" * (MAX_MEMORY_ID_CHARS + 1))
+    assert caught.value.item == "memory_id" and caught.value.problem == f"is 1025 characters, over the {MAX_MEMORY_ID_CHARS} limit"
+    assert len(alice) == 1
 
 def test_photos_kept_in_the_image_folder_are_read_and_a_memory_folder_no_process_here_opened_is_not(open_memory, photos, tmp_path):
     """The store's image folder may hold the user's own photos beside the memories' folders; a folder
