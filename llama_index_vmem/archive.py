@@ -3,7 +3,9 @@
 Vectors travel with the points, so an import answers exactly as the export did, on any backend;
 the archive records which encoders made them and an import into a store built with other
 encoders is refused. Importing under another ``memory_id`` re-derives every id from the new
-memory, so the copy shares nothing with the original.
+memory, so the copy shares nothing with the original. An archive holding what no add could have
+stored (a unit apart from its round, a key ``add_rounds`` refuses, a vector element Qdrant would
+not keep as given) is refused whole, naming the point, before anything is written.
 """
 
 from __future__ import annotations
@@ -14,14 +16,18 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Set, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Set, Tuple, Union
+
+import numpy as np
 
 from . import images as image_io
 from . import schema
 from .encoders import same_encoders
 from .encoders.bm25 import Sparse
 from .errors import VMemInputError
+from .node_parser import ImageInput, RoundInput, check_text, checked_round
 from .store import Collection, LaneDims, PointData
+from .store.base import MAX_SEQ
 
 if TYPE_CHECKING:
     from .index import VMemIndex
@@ -37,6 +43,12 @@ DOCUMENT_FIELDS = {"memory_id": str, "encoders": dict, "collections": dict}
 TEXT_KEYS = (schema.TEXT, schema.SESSION_ID, schema.TIMESTAMP, schema.MODALITY, schema.ROLE,
              schema.IMAGE_ID, schema.CAPTION, schema.IMAGE_PATH)
 TEXT_LIST_KEYS = (schema.UNIT_IDS, schema.IMAGE_IDS)
+#: What a unit shares with its round: an add writes them once for the round and its units.
+SHARED_KEYS = (schema.ROUND_KEY, schema.SEQ, schema.SESSION_ID, schema.TIMESTAMP)
+#: Sparse vector indices Qdrant stores: unsigned 32-bit numbers.
+SPARSE_INDICES = 2**32
+#: The largest vector element Qdrant stores as given: it keeps vectors as float32, where more is inf.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def export_memory(index: "VMemIndex", path: Union[str, Path]) -> Path:
@@ -198,41 +210,110 @@ class _Rehome:
 
 def _check(points: Dict[Collection, List[PointData]], dims: LaneDims) -> None:
     """What the store, the nodes read back and the round walks rely on and a hand-edited archive
-    could break: whole-number positions, text where text is read (a number there makes every listing
-    or search that reaches the point fail), UTF-8 the store can take, vectors of the store's names
-    and sizes, round links that end."""
+    could break, checked before anything is written: each point on its own (``_check_point``), each
+    round with its units (``_check_rounds``), and round links that end."""
     sizes = {schema.TEXT_DENSE: dims.text, schema.VISUAL: dims.visual, schema.VISUAL_REGIONS: dims.visual}
     for c, ps in points.items():
         seen: Set[str] = set()  # ids come from round keys (and unit numbers): one id twice is one key twice
         for p in ps:
-            positions = (schema.SEQ,) if c is Collection.ROUNDS else (schema.SEQ, schema.UNIT_INDEX)
-            if not all(type(p.payload.get(key)) is int for key in positions):
-                raise ValueError(f"point {p.id}: {' and '.join(positions)} must be whole numbers")
-            if not isinstance(p.payload[schema.ROUND_KEY], str):
-                raise ValueError(f"point {p.id}: round_key must be text")
+            _check_point(c, p, sizes)
             if p.id in seen:
                 what = "round" if c is Collection.ROUNDS else f"unit {p.payload[schema.UNIT_INDEX]} of round"
                 raise ValueError(f"two points are {what} {p.payload[schema.ROUND_KEY]!r}")
             seen.add(p.id)
-            for key in TEXT_KEYS:
-                if not isinstance(p.payload.get(key), (str, type(None))):
-                    raise ValueError(f"point {p.id}: {key} must be text, not {type(p.payload[key]).__name__}")
-            for key in TEXT_LIST_KEYS:
-                value = p.payload.get(key, [])
-                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                    raise ValueError(f"point {p.id}: {key} must be a list of text")
-            if not schema.is_utf8(json.dumps(p.payload, ensure_ascii=False)):
-                raise ValueError(f"point {p.id}: its payload holds text that cannot be stored as UTF-8 (a lone surrogate)")
-            for name, v in p.vectors.items():
-                if isinstance(v, Sparse):
-                    if name != schema.TEXT_SPARSE or len(v.indices) != len(v.values) or not all(
-                            type(i) is int and i >= 0 for i in v.indices) or not all(isinstance(x, (int, float)) for x in v.values):
-                        raise ValueError(f"point {p.id}: sparse vector {name!r} must pair whole-number indices with numbers")
-                    continue
-                rows = v if name == schema.VISUAL_REGIONS else [v]
-                if name not in sizes or not rows or any(len(row) != sizes[name] for row in rows):
-                    raise ValueError(f"point {p.id}: vector {name!r} does not fit this store ({sizes})")
-    prev = {p.id: p.payload.get(schema.PREV_ROUND_ID) for p in points[Collection.ROUNDS]}
+    _check_rounds(points)
+    _check_links(points[Collection.ROUNDS])
+
+
+def _check_point(c: Collection, p: PointData, sizes: Dict[str, int]) -> None:
+    """Whole-number positions, text where text is read (a number there makes every listing or
+    search that reaches the point fail), UTF-8 the store can take, vectors the store can take."""
+    positions = (schema.SEQ,) if c is Collection.ROUNDS else (schema.SEQ, schema.UNIT_INDEX)
+    if not all(type(p.payload.get(key)) is int for key in positions):
+        raise ValueError(f"point {p.id}: {' and '.join(positions)} must be whole numbers")
+    if not isinstance(p.payload[schema.ROUND_KEY], str):
+        raise ValueError(f"point {p.id}: round_key must be text")
+    for key in TEXT_KEYS:
+        if not isinstance(p.payload.get(key), (str, type(None))):
+            raise ValueError(f"point {p.id}: {key} must be text, not {type(p.payload[key]).__name__}")
+    for key in TEXT_LIST_KEYS:
+        value = p.payload.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"point {p.id}: {key} must be a list of text")
+    if not schema.is_utf8(json.dumps(p.payload, ensure_ascii=False)):
+        raise ValueError(f"point {p.id}: its payload holds text that cannot be stored as UTF-8 (a lone surrogate)")
+    for name, v in p.vectors.items():
+        _check_vector(p, name, v, sizes)
+
+
+def _check_vector(p: PointData, name: str, v: Any, sizes: Dict[str, int]) -> None:
+    """A vector of the store's names and sizes, of elements it stores as they are: Edge takes NaN,
+    inf and ``True`` into a vector silently (and a search then ranks by NaN), and fails on a string
+    or an index past its 32 bits with an error that names nothing."""
+    if isinstance(v, Sparse):
+        if name != schema.TEXT_SPARSE or len(v.indices) != len(v.values) or not _sparse_indices(v.indices) or not all(
+                _element(x) for x in v.values):
+            raise ValueError(f"point {p.id}: sparse vector {name!r} must pair distinct whole-number indices "
+                             f"(0 to {SPARSE_INDICES - 1}) with finite numbers")
+        return
+    rows = v if name == schema.VISUAL_REGIONS else [v]
+    if name not in sizes or not rows or any(len(row) != sizes[name] for row in rows):
+        raise ValueError(f"point {p.id}: vector {name!r} does not fit this store ({sizes})")
+    if not all(_element(x) for row in rows for x in row):
+        raise ValueError(f"point {p.id}: vector {name!r} must hold finite numbers")
+
+
+def _sparse_indices(indices: Tuple[Any, ...]) -> bool:
+    """Whether ``indices`` are distinct and each one a term Qdrant can store (an unsigned 32-bit number)."""
+    return all(type(i) is int and 0 <= i < SPARSE_INDICES for i in indices) and len(set(indices)) == len(indices)
+
+
+def _element(x: Any) -> bool:
+    """Whether ``x`` is a vector element Qdrant stores as given: a number (not ``True``) that stays
+    finite as a float32 (NaN fails the comparison)."""
+    return type(x) in (int, float) and abs(x) <= FLOAT32_MAX
+
+
+def _check_rounds(points: Dict[Collection, List[PointData]]) -> None:
+    """Every unit belongs to a round of the archive and shares its key, ``seq``, session and time,
+    as an add writes them; each round's ``seq`` is one the store compares exactly, and what it was
+    given passes the checks an add makes (``_check_given``). A unit with another ``seq`` than its
+    round's, or a ``seq`` past ``MAX_SEQ``, would be taken by the next add for a killed write's
+    leftover and deleted with its pictures."""
+    rounds = {r.id: r for r in points[Collection.ROUNDS]}
+    images: Dict[str, List[PointData]] = {r: [] for r in rounds}
+    for c in (Collection.TEXT, Collection.IMAGE):
+        for p in points[c]:
+            owner = rounds.get(p.payload.get(schema.ROUND_ID))
+            if owner is None:
+                raise ValueError(f"point {p.id}: its round {p.payload.get(schema.ROUND_ID)} is not in the archive")
+            other = [key for key in SHARED_KEYS if p.payload.get(key) != owner.payload.get(key)]
+            if other:
+                raise ValueError(f"point {p.id}: its {' and '.join(other)} must be its round's ({owner.id})")
+            if c is Collection.IMAGE:
+                images[owner.id].append(p)
+    for r in rounds.values():
+        if not 1 <= r.payload[schema.SEQ] <= MAX_SEQ:
+            raise ValueError(f"point {r.id}: seq must be from 1 to {MAX_SEQ}, not {r.payload[schema.SEQ]}")
+        _check_given(r, images[r.id])
+
+
+def _check_given(r: PointData, images: List[PointData]) -> None:
+    """Refuse a round an add would have refused: its key, session, time, image ids and captions go
+    through the add path's own checks (``checked_round``, ``check_text``: no NUL in an id, an id
+    that shows, text of at most ``MAX_TEXT_CHARS``). A key with NUL or none that shows can never
+    be named to ``forget`` or ``rounds``."""
+    item = f"point {r.id}"
+    in_order = sorted(images, key=lambda u: u.payload[schema.UNIT_INDEX])
+    check_text([checked_round(item, RoundInput(
+        images=[ImageInput(image_id=u.payload.get(schema.IMAGE_ID), caption=u.payload.get(schema.CAPTION)) for u in in_order],
+        session_id=r.payload.get(schema.SESSION_ID), timestamp=r.payload.get(schema.TIMESTAMP),
+        round_key=r.payload[schema.ROUND_KEY], origin=item))])
+
+
+def _check_links(rounds: List[PointData]) -> None:
+    """Refuse round links back that loop: walking a round's neighbours would never end."""
+    prev = {p.id: p.payload.get(schema.PREV_ROUND_ID) for p in rounds}
     ended: Set[str] = set()  # rounds whose links back are known to end
     for start in prev:
         walked: Set[str] = set()

@@ -18,6 +18,7 @@ from llama_index_vmem.postprocessor import BLOCK_ROUNDS, NeighborRoundPostproces
 from llama_index_vmem.node_parser import RoundInput
 from llama_index_vmem.encoders.bm25 import Sparse
 from llama_index_vmem.store import Collection
+from llama_index_vmem.store.base import MAX_SEQ
 
 
 def _conversation(photos):
@@ -756,6 +757,18 @@ def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, t
         if "text_dense" in point["vectors"]:
             point["vectors"]["text_dense"] = point["vectors"]["text_dense"][:3]
 
+    def units(**changes):  # ``changes`` to every unit's payload (a value that is a function: of the point)
+        def edit(point):
+            if "unit_index" in point["payload"]:
+                point["payload"].update({k: v(point) if callable(v) else v for k, v in changes.items()})
+        return edit
+
+    def element(name, key, position, value):  # one element of every vector ``name`` (``key``: of a sparse one)
+        def edit(point):
+            if name in point["vectors"]:
+                (point["vectors"][name][key] if key else point["vectors"][name])[position] = value
+        return edit
+
     opened = dict(embed_model=minilm, image_encoder=tiny_siglip)
     for name, change, message in (("swapped.zip", swapped, "not named by its content"),
                                   ("no-ids.zip", edited(lambda p: p["payload"].pop("round_key")), "malformed point"),
@@ -774,7 +787,27 @@ def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, t
                                    "sparse vector 'text_sparse' must pair"),
                                   ("sparse-ids.zip", edited(lambda p: [v.update(indices=[str(i) for i in v["indices"]])
                                                                       for v in p["vectors"].values() if isinstance(v, dict)]),
-                                   "sparse vector 'text_sparse' must pair")):
+                                   "sparse vector 'text_sparse' must pair"),
+                                  # a seq the next add's sweep of a killed write's leftovers would take in
+                                  ("unit-seq.zip", edited(units(seq=99)), "its seq must be its round's"),
+                                  ("big-seq.zip", edited(lambda p: p["payload"].update(seq=p["payload"]["seq"] + 2**60)),
+                                   f"seq must be from 1 to {MAX_SEQ}, not {2**60 + 1}"),
+                                  ("float-seq.zip", edited(lambda p: p["payload"].update(seq=MAX_SEQ + 1)), f"seq must be from 1 to {MAX_SEQ}"),
+                                  ("orphan.zip", edited(units(round_id=lambda p: p["id"])), "its round .* is not in the archive"),
+                                  ("unit-session.zip", edited(units(session_id="D9")), "its session_id must be its round's"),
+                                  ("nan.zip", edited(element("text_dense", None, 0, float("nan"))), "'text_dense' must hold finite numbers"),
+                                  ("inf.zip", edited(element("visual", None, 0, float("inf"))), "'visual' must hold finite numbers"),
+                                  ("bool.zip", edited(element("text_dense", None, 0, True)), "'text_dense' must hold finite numbers"),
+                                  ("word.zip", edited(element("text_dense", None, 0, "x")), "'text_dense' must hold finite numbers"),
+                                  ("sparse-nan.zip", edited(element("text_sparse", "values", 0, float("nan"))), "must pair distinct"),
+                                  ("sparse-big.zip", edited(element("text_sparse", "indices", 0, 2**40)), "must pair distinct"),
+                                  ("sparse-twice.zip", edited(lambda p: "text_sparse" in p["vectors"] and element(
+                                      "text_sparse", "indices", 1, p["vectors"]["text_sparse"]["indices"][0])(p)), "must pair distinct"),
+                                  # what add_rounds refuses: a key no call could name again, text over its limit
+                                  ("nul-key.zip", edited(lambda p: p["payload"].update(round_key="D1:1\x00x")), "'round_key' must not contain NUL"),
+                                  ("blank-key.zip", edited(lambda p: p["payload"].update(round_key="")), "'round_key' must have a visible"),
+                                  ("long-caption.zip", edited(lambda p: p["payload"].update(caption="x" * 1_000_001) if "caption" in p["payload"] else None),
+                                   "'image 0 caption' is 1000001 characters, over the 1000000 limit")):
         with pytest.raises(VMemInputError, match=message):
             VMemIndex.from_archive(crafted(name, change), path=tmp_path / name.replace(".zip", ""), **opened)
         target = VMemIndex.from_defaults(path=tmp_path / name.replace(".zip", ""), **opened)

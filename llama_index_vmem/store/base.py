@@ -50,6 +50,13 @@ class Scope:
         return any(ids is not None and not ids for ids in (self.round_ids, self.prev_round_ids, self.image_ids))
 
 
+#: The largest ``seq`` an archive may bring. Both backends compare a range as a float64 (Edge's
+#: ``RangeFloat``, the server's ``Range``), exact for whole numbers up to 2**53 only; past it, the
+#: sweep of units past the last round (``seq`` from ``last + 1``) would read ``last + 1`` as ``last``
+#: and delete that round's units. This leaves room for four billion rounds more.
+MAX_SEQ = 2**53 - 2**32
+
+
 def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
     """The scope as backend-neutral ``(key, "eq" | "any" | "range" | "empty", value)`` conditions, all required.
 
