@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator, Dict, List, Optional, Tuple, Union
+from typing import Any, AsyncGenerator, Dict, List, Optional, Sequence, Tuple, Union
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, TextBlock
 from llama_index.core.base.response.schema import RESPONSE_TYPE, AsyncStreamingResponse, Response, StreamingResponse
 from llama_index.core.callbacks.schema import CBEventType, EventPayload
 from llama_index.core.llms import LLM
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
@@ -50,7 +51,13 @@ REPLY_TOKENS = 256
 
 
 class VMemQueryEngine(BaseQueryEngine):
-    """retrieve (routed) -> neighbour blocks -> context (+ attached-image note) -> one LLM call."""
+    """retrieve (routed) -> neighbour blocks -> your ``node_postprocessors`` -> context (+ attached-image
+    note) -> one LLM call.
+
+    ``node_postprocessors`` (a reranker, a similarity cutoff) get the neighbour blocks, in time order,
+    each scored by its best round. Delivery keeps the blocks they return in the order they return
+    them and, when the prompt would not fit the model's window, leaves out the lowest-scored first.
+    """
 
     def __init__(
         self,
@@ -63,6 +70,7 @@ class VMemQueryEngine(BaseQueryEngine):
         delivery: Optional[str] = None,
         image_budget: Optional[ImageBudget] = None,
         streaming: bool = False,
+        node_postprocessors: Optional[Sequence[BaseNodePostprocessor]] = None,
     ) -> None:
         super().__init__(callback_manager=retriever.callback_manager)
         if llm is None:
@@ -71,6 +79,7 @@ class VMemQueryEngine(BaseQueryEngine):
         self.llm = llm
         self.streaming = streaming
         self.postprocessor = NeighborRoundPostprocessor(retriever._index)
+        self.node_postprocessors = list(node_postprocessors or [])
         self.deliverer = Deliverer(retriever._index, DeliveryMode(delivery) if delivery else default_mode(llm), image_budget)
         self._prompts: Dict[str, BasePromptTemplate] = dict(_DEFAULT_PROMPTS)
         given = {"answer_prompt": answer_prompt, "conflict_prompt": conflict_prompt,
@@ -98,7 +107,13 @@ class VMemQueryEngine(BaseQueryEngine):
         return await super().aquery(check_query(str_or_query_bundle))
 
     def retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        return self.postprocessor.postprocess_nodes(self.retriever.retrieve(query_bundle), query_bundle)
+        return self._blocks(self.retriever.retrieve(query_bundle), query_bundle)
+
+    def _blocks(self, nodes: List[NodeWithScore], query_bundle: QueryBundle) -> List[NodeWithScore]:
+        """The neighbour blocks of the retrieved rounds, through the user's postprocessors in turn."""
+        for postprocessor in [self.postprocessor, *self.node_postprocessors]:
+            nodes = postprocessor.postprocess_nodes(nodes, query_bundle=query_bundle)
+        return nodes
 
     def _content(self, prompt: BasePromptTemplate, query_bundle: QueryBundle, result: RetrievalResult,
                  nodes: List[NodeWithScore], room: int) -> Tuple[List[ChatMessage], List[NodeWithScore]]:
@@ -133,7 +148,7 @@ class VMemQueryEngine(BaseQueryEngine):
         and checked once, then retrieval encodes and delivery stamps the same file."""
         query_bundle = local_query(self.retriever._index, schema.as_query(query_bundle))
         result = self.retriever.retrieve_with_plan(query_bundle)
-        nodes = self.postprocessor.postprocess_nodes(result.nodes, query_bundle)
+        nodes = self._blocks(result.nodes, query_bundle)
         prompt = self._prompts["conflict_prompt" if result.plan.answer_prompt == "conflict" else "answer_prompt"]
         room = self.llm.metadata.context_window - REPLY_TOKENS - reserved
         messages, nodes = self._content(prompt, query_bundle, result, nodes, room)

@@ -6,6 +6,7 @@ import re
 import pytest
 from llama_index.core.base.llms.types import ImageBlock, MessageRole, TextBlock
 from llama_index.core.llms import MockLLM
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.prompts import PromptTemplate
 
 from llama_index_vmem import VMemInputError, VMemQueryBundle
@@ -38,6 +39,37 @@ def test_answer_prompt_is_verbatim_and_filled_with_time_ordered_blocks(make_inde
     assert sent.index("My cat is called Mochi.") < sent.index("Here she is.")
     assert "[Image D1:IMG_001] a tabby cat lying down" in sent
     assert response.source_nodes and response.metadata["case"] == "text->text"
+
+
+class _KeepOnly(BaseNodePostprocessor):
+    """A user's postprocessor: keeps the blocks that mention ``word``, and says what it was given."""
+
+    word: str
+    seen: list = []
+
+    def _postprocess_nodes(self, nodes, query_bundle=None):
+        self.seen.append((query_bundle.query_str, [n.node.get_content() for n in nodes]))
+        return [n for n in nodes if self.word in n.node.get_content()]
+
+
+@pytest.mark.parametrize("engine", ["query", "chat"])
+def test_node_postprocessors_get_the_neighbour_blocks_and_decide_what_is_delivered(make_index, photos, scripted_llm, engine):
+    llm = scripted_llm(default="Lisbon")
+    keep = _KeepOnly(word="Lisbon", seen=[])
+    index = _memory(make_index, photos)
+    if engine == "query":
+        response = index.as_query_engine(llm=llm, delivery="text", node_postprocessors=[keep]).query("Where do I live and what is my cat called?")
+        assert [n.node.get_content() for n in response.source_nodes] == [c for c in keep.seen[0][1] if "Lisbon" in c]
+        assert [n.node.get_content() for n in index.as_query_engine(llm=llm, node_postprocessors=[keep]).retrieve(
+            VMemQueryBundle("Where do I live and what is my cat called?"))] == [c for c in keep.seen[0][1] if "Lisbon" in c]
+    else:
+        index.as_chat_engine(llm=llm, delivery="text", node_postprocessors=[keep]).chat("Where do I live and what is my cat called?")
+    question, given = keep.seen[0]
+    assert question == "Where do I live and what is my cat called?"
+    assert any("Mochi" in c for c in given) and any("Lisbon" in c for c in given), "it got every block"
+    assert any(c.startswith("[seen ") for c in given), "blocks, not bare rounds"
+    sent = llm.prompts[0]
+    assert "I moved to Lisbon." in sent and "Mochi" not in sent
 
 
 @pytest.mark.parametrize("mode", ["query", "aquery"])
