@@ -96,7 +96,7 @@ def _scope(index: "VMemIndex", selection: Selection) -> Scope:
     """The store filter for what ``selection`` names by id; a time range is read from each round."""
     keys = _check_keys(selection.round_keys)
     ids = tuple(schema.round_id(index.memory_id, k) for k in keys) if keys is not None else None
-    return index.scope(round_ids=ids, session_id=_check_id("session_id", selection.session_id))
+    return index.scope(round_ids=ids, session_id=check_id("session_id", selection.session_id))
 
 
 def list_rounds(index: "VMemIndex", selection: Selection, offset: int, limit: int) -> List[StoredRound]:
@@ -230,13 +230,13 @@ def _check_keys(keys: Optional[Iterable[str]]) -> Optional[List[str]]:
         return None
     if isinstance(keys, (str, bytes, Mapping)) or not isinstance(keys, Iterable):
         raise VMemInputError("round_keys", f"must be a list of round keys, got {keys!r}")
-    checked = [_check_id("round_keys", key) for key in keys]
+    checked = [check_id("round_keys", key) for key in keys]
     if None in checked:
         raise VMemInputError("round_keys", "a round key is None")
     return checked
 
 
-def _check_id(item: str, value: object) -> Optional[str]:
+def check_id(item: str, value: object) -> Optional[str]:
     """A session id or round key as ``add_rounds`` stores it (a number means its text), or None.
     Only what no write ever stored is refused, so a key an earlier version took is still reached."""
     text = optional_str(item, item, value)

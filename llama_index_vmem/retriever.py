@@ -22,12 +22,14 @@ from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent,
 from llama_index.core.llms import LLM
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, QueryType, TextNode
+from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
 from . import neighbours, schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
 from .errors import VMemInputError
 from .fusion import Fused, carry_forward, rank_rounds, round_of, rrf, unit_of, units_covering
+from .lifecycle import check_id
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
 from .store.base import Collection, Hit
 
@@ -90,6 +92,19 @@ def check_query(query: Any) -> QueryType:
     return query
 
 
+def session_filter(filters: Optional[MetadataFilters]) -> Optional[str]:
+    """The session a stock ``MetadataFilters`` narrows retrieval to. The store filters V-Mem's lanes
+    by memory and session, so ``session_id ==`` is the one filter taken; any other is refused by
+    name, since ignoring it would return rounds the caller meant to keep out."""
+    if filters is None:
+        return None
+    only = filters.filters[0] if isinstance(filters, MetadataFilters) and len(filters.filters) == 1 else None
+    if not isinstance(only, MetadataFilter) or only.key != schema.SESSION_ID or only.operator != FilterOperator.EQ:
+        raise VMemInputError("filters", "V-Mem filters retrieval by one session: "
+                                        f"MetadataFilters(filters=[MetadataFilter(key='session_id', value=...)]), got {filters!r:.300}")
+    return check_id("filters session_id", only.value)
+
+
 class VMemRetriever(BaseRetriever):
     """Modality-routed retrieval over one memory of a ``VMemIndex``."""
 
@@ -103,9 +118,11 @@ class VMemRetriever(BaseRetriever):
         enriched_anchor: Optional[EnrichedAnchorTransform] = None,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
+        filters: Optional[MetadataFilters] = None,
     ) -> None:
         super().__init__(callback_manager=callback_manager, verbose=verbose)
         self._index = index
+        self.session_id = session_filter(filters)
         self.config = config or index.config
         self.router = router or ModalityRouter()
         self.hypo_caption = hypo_caption or (HypoCaptionTransform(llm) if llm is not None else None)
@@ -256,7 +273,8 @@ class VMemRetriever(BaseRetriever):
             vector = list(anchor.embedding)
         else:
             vector = index.encode_query_text(anchor.text)
-        scope = index.scope(round_ids=tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None)
+        scope = index.scope(round_ids=tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None,
+                            session_id=self.session_id)
         if signal.vector == schema.VISUAL and index.region_tiles:  # the query image against every stored region
             return index.store.search(signal.collection, schema.VISUAL_REGIONS, [vector], scope, pool)
         return index.store.search(signal.collection, signal.vector, vector, scope, pool)

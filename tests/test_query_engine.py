@@ -8,6 +8,7 @@ from llama_index.core.base.llms.types import ImageBlock, MessageRole, TextBlock
 from llama_index.core.llms import MockLLM
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.prompts import PromptTemplate
+from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
 from llama_index_vmem import VMemInputError, VMemQueryBundle
 from llama_index_vmem.delivery import content_tokens
@@ -70,6 +71,38 @@ def test_node_postprocessors_get_the_neighbour_blocks_and_decide_what_is_deliver
     assert any(c.startswith("[seen ") for c in given), "blocks, not bare rounds"
     sent = llm.prompts[0]
     assert "I moved to Lisbon." in sent and "Mochi" not in sent
+
+
+def _in_session(session):
+    return MetadataFilters(filters=[MetadataFilter(key="session_id", value=session)])
+
+
+@pytest.mark.parametrize("ask", ["text", "image"])
+def test_a_session_filter_keeps_retrieval_to_that_session(make_index, photos, scripted_llm, ask):
+    index = _memory(make_index, photos)
+    query = VMemQueryBundle("Where do I live and what is my cat called?") if ask == "text" else \
+        VMemQueryBundle("Who is this?", image_path=str(photos["chelsea"]))
+    sessions = lambda nodes: {n.node.metadata["session_id"] for n in nodes}
+    assert "D1" in sessions(index.as_retriever().retrieve(query)), "unfiltered, the cat's session answers"
+    assert sessions(index.as_retriever(filters=_in_session("D2")).retrieve(query)) == {"D2"}
+    llm = scripted_llm(default="Lisbon")
+    response = index.as_query_engine(llm=llm, delivery="text", filters=_in_session("D2")).query(query)
+    assert sessions(response.source_nodes) == {"D2"} and "Mochi" not in llm.prompts[-1]
+
+
+@pytest.mark.parametrize("filters", [
+    MetadataFilters(filters=[MetadataFilter(key="user", value="Mochi")]),
+    MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1", operator=FilterOperator.NE)]),
+    MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1"), MetadataFilter(key="session_id", value="D2")]),
+    MetadataFilters(filters=[MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1")])]),
+    MetadataFilters(filters=[MetadataFilter(key="session_id", value="")]),
+    {"session_id": "D1"},
+], ids=["other_key", "not_equal", "two", "nested", "empty_session", "dict"])
+def test_a_filter_retrieval_cannot_apply_is_refused_by_name_not_ignored(make_index, photos, filters):
+    index = _memory(make_index, photos)
+    with pytest.raises(VMemInputError) as caught:
+        index.as_retriever(filters=filters)
+    assert caught.value.item in ("filters", "filters session_id")
 
 
 @pytest.mark.parametrize("mode", ["query", "aquery"])
