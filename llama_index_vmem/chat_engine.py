@@ -18,6 +18,7 @@ from dataclasses import replace
 from itertools import takewhile
 from typing import Any
 
+from llama_index.core.callbacks import trace_method
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponseAsyncGen,
@@ -67,6 +68,8 @@ class VMemChatEngine(BaseChatEngine):
                                            "a second time: the chat engine stores each exchange itself")
         self.index = index
         self.query_engine = query_engine
+        #: The query engine's (and its retriever's): a turn is one "chat" trace, its retrieval inside it.
+        self.callback_manager = query_engine.callback_manager
         self.session_id = session_id
         self._llm: LLM = query_engine.llm
         self._memory = memory
@@ -143,6 +146,7 @@ class VMemChatEngine(BaseChatEngine):
         return ChatMessage(role=MessageRole.USER,
                            content="\n".join(text for role, text in spans if role != schema.Role.ASSISTANT.value and text))
 
+    @trace_method("chat")
     def chat(
         self,
         message: str | ChatMessage,
@@ -160,6 +164,7 @@ class VMemChatEngine(BaseChatEngine):
         self._memory.put_messages([said, ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
         return AgentChatResponse(response=answer, source_nodes=request.nodes, metadata=request.metadata)
 
+    @trace_method("chat")
     async def achat(
         self,
         message: str | ChatMessage,
@@ -177,6 +182,7 @@ class VMemChatEngine(BaseChatEngine):
         await self._memory.aput_messages([said, ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
         return AgentChatResponse(response=answer, source_nodes=request.nodes, metadata=request.metadata)
 
+    @trace_method("chat")
     def stream_chat(
         self,
         message: str | ChatMessage,
@@ -205,6 +211,7 @@ class VMemChatEngine(BaseChatEngine):
         response.write_response_to_history_thread.start()
         return response
 
+    @trace_method("chat")
     async def astream_chat(
         self,
         message: str | ChatMessage,

@@ -467,10 +467,33 @@ def test_chat_engine_pixels_delivery_sends_the_labelled_attachment(make_index, p
 
 
 @pytest.mark.parametrize("mode", ["chat", "stream_chat", "achat", "astream_chat"])
-def test_every_chat_variant_appends_exactly_one_round(make_index, photos, mode):
+def test_every_chat_variant_appends_exactly_one_round_in_one_chat_trace(make_index, photos, mode):
+    from llama_index.core.callbacks import CallbackManager
+    from llama_index.core.callbacks.base_handler import BaseCallbackHandler
+
+    class Traces(BaseCallbackHandler):
+        """Which traces a turn opens: a stock chat engine's turn is one "chat" trace, its retrieval inside it."""
+
+        def __init__(self):
+            super().__init__([], [])
+            self.started = []
+
+        def start_trace(self, trace_id=None):
+            self.started.append(trace_id)
+
+        def end_trace(self, trace_id=None, trace_map=None):
+            pass
+
+        def on_event_start(self, event_type, payload=None, event_id="", parent_id="", **kwargs):
+            return event_id
+
+        def on_event_end(self, event_type, payload=None, event_id="", **kwargs):
+            pass
+
     index = _memory(make_index, photos)
     llm = StreamingLLM(default="Her name is Mochi, a tabby.")
-    engine = index.as_chat_engine(llm=llm, session_id="S")
+    traces = Traces()
+    engine = index.as_chat_engine(llm=llm, session_id="S", callback_manager=CallbackManager([traces]))
 
     async def consume(response):
         return "".join([d async for d in response.async_response_gen()])
@@ -487,6 +510,7 @@ def test_every_chat_variant_appends_exactly_one_round(make_index, photos, mode):
     else:
         answer = asyncio.run(run_async())
     assert answer == "Her name is Mochi, a tabby."
+    assert traces.started == ["chat"]
     assert len(index) == 6
     [new] = [r for r in _rounds(index) if r.metadata["session_id"] == "S"]
     assert new.text == "User: What is my cat called?\n[Image S:1:IMG_1]\nAssistant: Her name is Mochi, a tabby."
