@@ -25,7 +25,7 @@ from . import schema
 from .encoders import same_encoders
 from .encoders.bm25 import Sparse
 from .errors import VMemInputError
-from .node_parser import ImageInput, RoundInput, check_text, checked_round
+from .lifecycle import check_id
 from .store import Collection, LaneDims, PointData
 from .store.base import MAX_SEQ
 
@@ -59,6 +59,8 @@ def export_memory(index: "VMemIndex", path: Union[str, Path]) -> Path:
     if not path.parent.is_dir():
         raise VMemInputError(f"archive {path}", f"cannot be written: there is no folder {path.parent}")
     points = {c: index.store.points(c, index.scope()) for c in Collection}
+    written = {p.id for p in points[Collection.ROUNDS]}  # units of a killed add, not yet swept, stay behind
+    points.update({c: [p for p in points[c] if p.payload[schema.ROUND_ID] in written] for c in (Collection.TEXT, Collection.IMAGE)})
     sources = _image_files(index, points[Collection.IMAGE])
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -276,8 +278,8 @@ def _element(x: Any) -> bool:
 
 def _check_rounds(points: Dict[Collection, List[PointData]]) -> None:
     """Every unit belongs to a round of the archive and shares its key, ``seq``, session and time,
-    as an add writes them; each round's ``seq`` is one the store compares exactly, and what it was
-    given passes the checks an add makes (``_check_given``). A unit with another ``seq`` than its
+    as an add writes them; each round's ``seq`` is one the store compares exactly, and its ids can
+    be named again (``_check_ids``). A unit with another ``seq`` than its
     round's, or a ``seq`` past ``MAX_SEQ``, would be taken by the next add for a killed write's
     leftover and deleted with its pictures."""
     rounds = {r.id: r for r in points[Collection.ROUNDS]}
@@ -295,20 +297,19 @@ def _check_rounds(points: Dict[Collection, List[PointData]]) -> None:
     for r in rounds.values():
         if not 1 <= r.payload[schema.SEQ] <= MAX_SEQ:
             raise ValueError(f"point {r.id}: seq must be from 1 to {MAX_SEQ}, not {r.payload[schema.SEQ]}")
-        _check_given(r, images[r.id])
+        _check_ids(r, images[r.id])
 
 
-def _check_given(r: PointData, images: List[PointData]) -> None:
-    """Refuse a round an add would have refused: its key, session, time, image ids and captions go
-    through the add path's own checks (``checked_round``, ``check_text``: no NUL in an id, an id
-    that shows, text of at most ``MAX_TEXT_CHARS``). A key with NUL or none that shows can never
-    be named to ``forget`` or ``rounds``."""
-    item = f"point {r.id}"
-    in_order = sorted(images, key=lambda u: u.payload[schema.UNIT_INDEX])
-    check_text([checked_round(item, RoundInput(
-        images=[ImageInput(image_id=u.payload.get(schema.IMAGE_ID), caption=u.payload.get(schema.CAPTION)) for u in in_order],
-        session_id=r.payload.get(schema.SESSION_ID), timestamp=r.payload.get(schema.TIMESTAMP),
-        round_key=r.payload[schema.ROUND_KEY], origin=item))])
+def _check_ids(r: PointData, images: List[PointData]) -> None:
+    """Refuse a round whose key, session or image ids a lookup could never name again (``forget``,
+    ``rounds``, images by id): checked as lookups check them (``check_id``: no NUL, not empty,
+    UTF-8), not by today's stricter add rules, so a store an earlier version wrote still imports."""
+    given = [("round_key", r.payload[schema.ROUND_KEY]), ("session_id", r.payload.get(schema.SESSION_ID))]
+    for name, value in given + [("image_id", u.payload.get(schema.IMAGE_ID)) for u in images]:
+        try:
+            check_id(name, value)
+        except VMemInputError as e:
+            raise ValueError(f"point {r.id}: {e}") from None
 
 
 def _check_links(rounds: List[PointData]) -> None:

@@ -7,11 +7,10 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Dict
 
 from .errors import VMemInputError
+from .store.base import MAX_LIMIT
 
 #: Smallest value of the int fields that must be positive (the others may be 0).
 _LEAST: Dict[str, int] = {"candidate_pool": 1}
-#: Most any count may be: Qdrant takes counts as 64-bit numbers, and retrieval multiplies some.
-_MOST = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -61,8 +60,8 @@ class VMemConfig:
             value = getattr(self, f.name)
             if f.type == "bool" and not isinstance(value, bool):
                 raise VMemInputError(f"config {f.name}", f"must be True or False, got {value!r}")
-            if f.type == "int" and (type(value) is not int or not _LEAST.get(f.name, 0) <= value <= _MOST):
-                raise VMemInputError(f"config {f.name}", f"must be a whole number from {_LEAST.get(f.name, 0)} to {_MOST}, got {value!r}")
+            if f.type == "int" and (type(value) is not int or not _LEAST.get(f.name, 0) <= value <= MAX_LIMIT):  # counts the store is asked for
+                raise VMemInputError(f"config {f.name}", f"must be a whole number from {_LEAST.get(f.name, 0)} to {MAX_LIMIT}, got {value!r}")
             if f.type == "float" and (type(value) not in (int, float) or not math.isfinite(value) or value < 0):
                 raise VMemInputError(f"config {f.name}", f"must be a number of at least 0, got {value!r}")
 

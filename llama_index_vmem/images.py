@@ -66,14 +66,16 @@ class LoadedImage:
 #: The image folder of every memory opened in this process, wherever its image root is.
 _MEMORY_FOLDERS: Set[Path] = set()
 _MEMORY_FOLDERS_GUARD = threading.Lock()
-#: How a memory's folder is named under the store's image folder (``memory_folder``).
-_MEMORY_FOLDER_NAME = re.compile(r"[0-9a-f]{16}")
+#: Hex digits of a memory's folder name (``memory_folder``).
+_MEMORY_FOLDER_DIGITS = 16
+#: A memory folder's name, in any case: a file system that ignores case opens it spelt in capitals.
+_MEMORY_FOLDER_NAME = re.compile(f"[0-9a-f]{{{_MEMORY_FOLDER_DIGITS}}}", re.IGNORECASE)
 
 
 def memory_folder(image_dir: Path, memory_id: str) -> Path:
     """A memory's image folder: named by a hash of its id, so any id is a safe folder name.
     Absolute, since payloads keep it: a store reopened from another directory finds its pictures."""
-    return Path(image_dir).absolute() / hashlib.sha256(memory_id.encode()).hexdigest()[:16]
+    return Path(image_dir).absolute() / hashlib.sha256(memory_id.encode()).hexdigest()[:_MEMORY_FOLDER_DIGITS]
 
 
 @dataclass(frozen=True)

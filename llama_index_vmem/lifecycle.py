@@ -28,6 +28,7 @@ from . import schema
 from .errors import VMemInputError
 from .node_parser import optional_str
 from .store import Collection, Hit, PointData, Scope
+from .store.base import MAX_LIMIT
 
 if TYPE_CHECKING:
     from .index import VMemIndex
@@ -45,9 +46,6 @@ TRASH_PREFIX = ".forgetting-"
 _YEAR = re.compile(r"(?<!\d)\d{4}(?:\d{4}(?:\d{4}(?:\d{2})?)?)?(?!\d)")
 #: What a partial date is filled in with: the start of the period it names.
 _PERIOD_START = datetime(2000, 1, 1)
-#: Most rounds a page may ask the store for: Qdrant takes the count as a 64-bit number, and no
-#: memory holds more, so a larger ``offset + limit`` (``limit=2**64`` for "all") asks for this many.
-_MOST_ROUNDS = 2**63 - 1
 
 
 @dataclass
@@ -106,7 +104,8 @@ def list_rounds(index: "VMemIndex", selection: Selection, offset: int, limit: in
     if any(not isinstance(n, int) or isinstance(n, bool) for n in (offset, limit)) or offset < 0 or limit < 1:
         raise VMemInputError("page", f"offset must be >= 0 and limit >= 1, got offset={offset!r}, limit={limit!r}")
     if selection.since is None and selection.until is None:
-        ids = index.store.first_round_ids(_scope(index, selection), min(offset + limit, _MOST_ROUNDS))[offset:]
+        want = min(offset + limit, MAX_LIMIT)  # no memory holds more rounds than a store call reads (``limit=2**64``: "all")
+        ids = index.store.first_round_ids(_scope(index, selection), want)[offset:] if offset < want else []
         page = index.store.scroll(Collection.ROUNDS, index.scope(round_ids=tuple(ids)))
     else:
         page = select(index, selection)[offset:offset + limit]

@@ -15,7 +15,7 @@ from llama_index.core.base.llms.types import AudioBlock, ChatMessage, ImageBlock
 from llama_index.core.schema import QueryBundle
 
 from . import images as image_io
-from .node_parser import message_extra, optional_text
+from .node_parser import block_bytes, message_extra, optional_text
 from .schema import VMemQueryBundle, visible
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def _local_image(index: VMemIndex, block: ImageBlock) -> str:
     Bytes and URLs are validated and kept once by content hash beside the memory's images."""
     if block.path is not None:
         return str(block.path)
-    data = block.resolve_image(as_base64=False).read() if block.image is not None else None
+    data = block_bytes(block)
     return keep_attachment(index, "attached image", data=data, url=None if data is not None else str(block.url))
 
 

@@ -389,9 +389,7 @@ class RoundNodeParser(NodeParser):
         """The block's image, read and checked now: a chat engine refuses a turn whose image it
         cannot store before its LLM answers, and the bytes in hand are stored without a second read
         (a URL is fetched once, outside the memory's write lock)."""
-        data = None
-        if block.image is not None and block.path is None:  # empty bytes go on, for ``validate`` to refuse by name
-            data = block.resolve_image(as_base64=False).read() if block.image else b""
+        data = block_bytes(block)
         image = ImageInput(
             image_id=optional_str(item, "image_id", ids[i]) if i < len(ids) else None,
             path=str(block.path) if block.path is not None else None,
@@ -583,6 +581,18 @@ def _free_id(base: str, identity: Optional[str], owners: Dict[str, Set[str]], na
             yield from chunk
 
     return next(c for c in candidates() if c not in named and _same_picture(owners.get(c, set()), identity))
+
+
+def block_bytes(block: ImageBlock) -> Optional[bytes]:
+    """The bytes an ``ImageBlock`` holds, None when it names a path instead. An empty one (bytes or
+    stream) is ``b""``, for ``images.validate`` to refuse by name: LlamaIndex's reader raises a bare
+    ``ValueError`` for it, its only one (undecodable base64 is taken as raw bytes)."""
+    if block.image is None or block.path is not None:
+        return None
+    try:
+        return block.resolve_image(as_base64=False).read()
+    except ValueError:
+        return b""
 
 
 def message_extra(item: str, message: ChatMessage, name: str) -> List[Any]:

@@ -23,7 +23,7 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
 from . import schema
-from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, content_tokens, default_mode, fit, head, messages_tokens, prompt_messages
+from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, block_groups, content_tokens, default_mode, fit, head, messages_tokens, prompt_messages
 from .messages import local_query
 from .postprocessor import NeighborRoundPostprocessor
 from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, IMAGE_NOTE_PROMPT, check_prompt
@@ -110,10 +110,15 @@ class VMemQueryEngine(BaseQueryEngine):
         return self._blocks(self.retriever.retrieve(query_bundle), query_bundle)
 
     def _blocks(self, nodes: List[NodeWithScore], query_bundle: QueryBundle) -> List[NodeWithScore]:
-        """The neighbour blocks of the retrieved rounds, through the user's postprocessors in turn."""
-        for postprocessor in [self.postprocessor, *self.node_postprocessors]:
-            nodes = postprocessor.postprocess_nodes(nodes, query_bundle=query_bundle)
-        return nodes
+        """The neighbour blocks of the retrieved rounds, through the user's postprocessors in turn.
+        These get the blocks alone: a block's pictures follow it wherever they put it, since a
+        reranker would score a picture on its own and delivery reads pictures by their place."""
+        groups = block_groups(self.postprocessor.postprocess_nodes(nodes, query_bundle=query_bundle))
+        blocks = [g[0] for g in groups]
+        for postprocessor in self.node_postprocessors:
+            blocks = postprocessor.postprocess_nodes(blocks, query_bundle=query_bundle)
+        pictures = {g[0].node.node_id: g[1:] for g in groups}
+        return [n for block in blocks for n in [block, *pictures.get(block.node.node_id, [])]]
 
     def _content(self, prompt: BasePromptTemplate, query_bundle: QueryBundle, result: RetrievalResult,
                  nodes: List[NodeWithScore], room: int) -> Tuple[List[ChatMessage], List[NodeWithScore]]:

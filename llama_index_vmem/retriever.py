@@ -22,7 +22,7 @@ from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent,
 from llama_index.core.llms import LLM
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, QueryType, TextNode
-from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
+from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
 from . import neighbours, schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
@@ -99,7 +99,8 @@ def session_filter(filters: Optional[MetadataFilters]) -> Optional[str]:
     if filters is None:
         return None
     only = filters.filters[0] if isinstance(filters, MetadataFilters) and len(filters.filters) == 1 else None
-    if not isinstance(only, MetadataFilter) or only.key != schema.SESSION_ID or only.operator != FilterOperator.EQ:
+    if (not isinstance(only, MetadataFilter) or only.key != schema.SESSION_ID or only.operator != FilterOperator.EQ
+            or only.value is None or filters.condition == FilterCondition.NOT):  # NOT would mean every other session
         raise VMemInputError("filters", "V-Mem filters retrieval by one session: "
                                         f"MetadataFilters(filters=[MetadataFilter(key='session_id', value=...)]), got {filters!r:.300}")
     return check_id("filters session_id", only.value)
@@ -257,7 +258,7 @@ class VMemRetriever(BaseRetriever):
         neighbours within the window (None when the plan has no filter)."""
         if plan.image_filter_window is None:
             return None
-        image_units = self._index.store.scroll(Collection.IMAGE, self._index.scope())
+        image_units = self._index.store.scroll(Collection.IMAGE, self._index.scope(session_id=self.session_id))
         image_rounds = neighbours.round_payloads(self._index, {h.payload[schema.ROUND_ID] for h in image_units})
         return neighbours.within(self._index, image_rounds, plan.image_filter_window)
 

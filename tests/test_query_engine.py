@@ -8,10 +8,11 @@ from llama_index.core.base.llms.types import ImageBlock, MessageRole, TextBlock
 from llama_index.core.llms import MockLLM
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.prompts import PromptTemplate
-from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
+from llama_index.core.schema import ImageNode
+from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
 from llama_index_vmem import VMemInputError, VMemQueryBundle
-from llama_index_vmem.delivery import content_tokens
+from llama_index_vmem.delivery import block_groups, content_tokens
 from llama_index_vmem.prompts import ANSWER_PROMPT
 from llama_index_vmem.query_engine import REPLY_TOKENS
 
@@ -73,6 +74,33 @@ def test_node_postprocessors_get_the_neighbour_blocks_and_decide_what_is_deliver
     assert "I moved to Lisbon." in sent and "Mochi" not in sent
 
 
+class _Reverse(BaseNodePostprocessor):
+    """A reranker's stand-in: puts the blocks it gets in the opposite order."""
+
+    seen: list = []
+
+    def _postprocess_nodes(self, nodes, query_bundle=None):
+        self.seen.append(nodes)
+        return list(reversed(nodes))
+
+
+def test_node_postprocessors_get_the_blocks_alone_and_each_blocks_pictures_follow_it(make_index, photos, scripted_llm):
+    index = _memory(make_index, photos)
+    index.add_round(user="My new bike.", images=[{"image_id": "D2:IMG_001", "path": str(photos["rocket"]), "caption": "a red bike"}],
+                    session_id="D2", round_key="D2:2")
+    query = VMemQueryBundle("Show me the photo of my cat")
+    reverse = _Reverse(seen=[])
+    plain = index.as_query_engine(llm=scripted_llm(default="ok"), delivery="pixels").retrieve(query)
+    got = index.as_query_engine(llm=scripted_llm(default="ok"), delivery="pixels", node_postprocessors=[reverse]).retrieve(query)
+
+    def layout(nodes):
+        return [(g[0].node.get_content(), [i.node.metadata["image_id"] for i in g[1:]]) for g in block_groups(nodes)]
+
+    assert any(isinstance(n.node, ImageNode) for n in plain) and len(layout(plain)) > 1
+    assert not any(isinstance(n.node, ImageNode) for n in reverse.seen[0])
+    assert layout(got) == layout(plain)[::-1]
+
+
 def _in_session(session):
     return MetadataFilters(filters=[MetadataFilter(key="session_id", value=session)])
 
@@ -96,8 +124,10 @@ def test_a_session_filter_keeps_retrieval_to_that_session(make_index, photos, sc
     MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1"), MetadataFilter(key="session_id", value="D2")]),
     MetadataFilters(filters=[MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1")])]),
     MetadataFilters(filters=[MetadataFilter(key="session_id", value="")]),
+    MetadataFilters(filters=[MetadataFilter(key="session_id", value=None)]),
+    MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1")], condition=FilterCondition.NOT),
     {"session_id": "D1"},
-], ids=["other_key", "not_equal", "two", "nested", "empty_session", "dict"])
+], ids=["other_key", "not_equal", "two", "nested", "empty_session", "no_session", "negated", "dict"])
 def test_a_filter_retrieval_cannot_apply_is_refused_by_name_not_ignored(make_index, photos, filters):
     index = _memory(make_index, photos)
     with pytest.raises(VMemInputError) as caught:
@@ -158,7 +188,7 @@ def _window_llm(scripted_llm, window):
 def test_the_prompt_fits_the_models_window_leaving_out_the_least_relevant_blocks(make_index, scripted_llm):
     """Twelve long rounds (one per session: a block each) overflow a 4k window: whole blocks go, least relevant
     first, the best stays, and the question and instructions are never cut."""
-    from llama_index_vmem.delivery import content_tokens
+    from llama_index_vmem.delivery import block_groups, content_tokens
     from llama_index_vmem.query_engine import REPLY_TOKENS
 
     index = _long_days(make_index)

@@ -80,7 +80,6 @@ def test_a_memory_id_that_shows_nothing_opens_no_memory(open_memory, memory_id):
     assert len(alice) == 1
 
 
-
 def test_a_memory_id_longer_than_a_tenant_key_opens_no_memory(open_memory):
     """Every point carries its memory id: one of megabytes would fill a server request with copies."""
     alice = open_memory("alice")
@@ -91,6 +90,7 @@ def test_a_memory_id_longer_than_a_tenant_key_opens_no_memory(open_memory):
     assert caught.value.item == "memory_id" and caught.value.problem == f"is 1025 characters, over the {MAX_MEMORY_ID_CHARS} limit"
     assert len(alice) == 1
 
+
 def test_photos_kept_in_the_image_folder_are_read_and_a_memory_folder_no_process_here_opened_is_not(open_memory, photos, tmp_path):
     """The store's image folder may hold the user's own photos beside the memories' folders; a folder
     named as a memory's is fenced off even when only another process opened that memory."""
@@ -99,9 +99,10 @@ def test_photos_kept_in_the_image_folder_are_read_and_a_memory_folder_no_process
     mine.parent.mkdir(parents=True)
     shutil.copy(photos["coffee"], mine)
     alice.add_round(user="my coffee", images=[{"image_id": "C", "path": str(mine)}], session_id="S")
-    unopened = tmp_path / "images" / "0123456789abcdef" / "theirs.jpg"  # another process's memory's folder
-    unopened.parent.mkdir()
-    shutil.copy(photos["coffee"], unopened)
-    with pytest.raises(VMemInputError, match="another memory's image folder"):
-        alice.add_round(user="theirs", images=[{"image_id": "T", "path": str(unopened)}], session_id="S")
+    for folder in ("0123456789abcdef", "0123456789ABCDEF"):  # another process's memory's, as a case-blind file system opens it
+        unopened = tmp_path / "images" / folder / "theirs.jpg"
+        unopened.parent.mkdir()
+        shutil.copy(photos["coffee"], unopened)
+        with pytest.raises(VMemInputError, match="another memory's image folder"):
+            alice.add_round(user="theirs", images=[{"image_id": "T", "path": str(unopened)}], session_id="S")
     assert [r.round.text for r in alice.rounds()] == ["User: my coffee\n[Image C]"]

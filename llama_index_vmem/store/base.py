@@ -50,6 +50,8 @@ class Scope:
         return any(ids is not None and not ids for ids in (self.round_ids, self.prev_round_ids, self.image_ids))
 
 
+#: The most points one store call may ask for: Qdrant's gRPC API takes a limit as an unsigned 32-bit number.
+MAX_LIMIT = 2**32 - 1
 #: The largest ``seq`` an archive may bring. Both backends compare a range as a float64 (Edge's
 #: ``RangeFloat``, the server's ``Range``), exact for whole numbers up to 2**53 only; past it, the
 #: sweep of units past the last round (``seq`` from ``last + 1``) would read ``last + 1`` as ``last``
