@@ -188,7 +188,7 @@ def _window_llm(scripted_llm, window):
 def test_the_prompt_fits_the_models_window_leaving_out_the_least_relevant_blocks(make_index, scripted_llm):
     """Twelve long rounds (one per session: a block each) overflow a 4k window: whole blocks go, least relevant
     first, the best stays, and the question and instructions are never cut."""
-    from llama_index_vmem.delivery import block_groups, content_tokens
+    from llama_index_vmem.delivery import content_tokens
     from llama_index_vmem.query_engine import REPLY_TOKENS
 
     index = _long_days(make_index)
