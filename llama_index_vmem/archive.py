@@ -4,8 +4,8 @@ Vectors travel with the points, so an import answers exactly as the export did, 
 the archive records which encoders made them and an import into a store built with other
 encoders is refused. Importing under another ``memory_id`` re-derives every id from the new
 memory, so the copy shares nothing with the original. An archive holding what no add could have
-stored (a unit apart from its round, a key ``add_rounds`` refuses, a vector element Qdrant would
-not keep as given) is refused whole, naming the point, before anything is written.
+stored (a unit apart from its round, a key no lookup could name, a vector element Qdrant would not
+keep as given) is refused whole, naming the point, before anything is written.
 """
 
 from __future__ import annotations
@@ -279,9 +279,9 @@ def _element(x: Any) -> bool:
 def _check_rounds(points: Dict[Collection, List[PointData]]) -> None:
     """Every unit belongs to a round of the archive and shares its key, ``seq``, session and time,
     as an add writes them; each round's ``seq`` is one the store compares exactly, and its ids can
-    be named again (``_check_ids``). A unit with another ``seq`` than its
-    round's, or a ``seq`` past ``MAX_SEQ``, would be taken by the next add for a killed write's
-    leftover and deleted with its pictures."""
+    be named again (``_check_ids``). A unit with another ``seq`` than its round's, or a ``seq`` past
+    ``MAX_SEQ``, would be taken by the next add for a killed write's leftover and deleted with its
+    pictures."""
     rounds = {r.id: r for r in points[Collection.ROUNDS]}
     images: Dict[str, List[PointData]] = {r: [] for r in rounds}
     for c in (Collection.TEXT, Collection.IMAGE):

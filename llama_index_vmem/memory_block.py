@@ -127,7 +127,7 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
         """Every exchange gets its try, and the first failure is raised after them: ``Memory`` has
         already taken these messages out of its chat history, so one that fails must not cost the
         exchanges after it their place in the memory."""
-        failures = []
+        failures: list[Exception] = []
         for exchange in _exchanges(messages):
             try:
                 await asyncio.to_thread(self._store, exchange)
