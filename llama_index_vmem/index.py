@@ -53,6 +53,10 @@ _write_locks_guard = threading.Lock()
 #: Per stored memory, the highest default number (``D2:n``) of each session seen so far, read under
 #: the memory's write lock; kept so adding a round to a long session reads none of its other rounds.
 _default_numbers: Dict[Tuple[Hashable, str], Dict[str, int]] = {}
+#: Handles open per stored memory in this process. With the last one closed, the memory's entries
+#: above go: a process serving many users would otherwise keep one per memory it ever opened, and a
+#: later store could inherit a closed one's numbers, since an embedded store's identity is its ``id()``.
+_open_handles: Dict[Tuple[Hashable, str], int] = {}
 
 
 def _write_lock(store: LaneStore, memory_id: str) -> threading.Lock:
@@ -95,6 +99,18 @@ def _check_options(kwargs: Mapping[str, Any], accepted: Mapping[str, Iterable[st
     if unknown:
         raise TypeError(f"unsupported option(s) {unknown}; "
                         + "; ".join(f"{what} takes {', '.join(sorted(names))}" for what, names in accepted.items()))
+
+
+def _count_handle(store: LaneStore, memory_id: str, change: int) -> None:
+    """Count a handle of a stored memory opened (+1) or closed (-1); 0 after a failed open."""
+    key = (store.identity, memory_id)
+    with _write_locks_guard:
+        left = _open_handles.pop(key, 0) + change
+        if left > 0:
+            _open_handles[key] = left
+        else:
+            _write_locks.pop(key, None)
+            _default_numbers.pop(key, None)
 
 
 def _highest_defaults(store: LaneStore, memory_id: str) -> Dict[str, int]:
@@ -147,7 +163,10 @@ class VMemIndex:
                 with _write_lock(store, memory_id):
                     self._sweep_unfinished(self._last_seq())
                     lifecycle.sweep_trash(self)
+            _count_handle(store, memory_id, +1)
         except BaseException:
+            if isinstance(memory_id, str):  # a lock the failed open's sweep took goes with it
+                _count_handle(store, memory_id, 0)
             store.close()  # a memory that fails to open (refused, bad id, a failed sweep) must not hold the shared store open
             raise
 
@@ -661,6 +680,7 @@ class VMemIndex:
         if self._closed:
             return
         self._closed = True
+        _count_handle(self._store, self.memory_id, -1)
         self._store.close()
         if self._tempdir is not None:
             self._tempdir.cleanup()

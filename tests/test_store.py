@@ -223,6 +223,62 @@ def test_a_memory_that_fails_to_open_releases_the_store(tmp_path, minilm, tiny_s
     VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip).close()
 
 
+_OPEN_IN_CHILD = """
+import sys
+from llama_index_vmem import VMemIndex
+from llama_index_vmem.encoders import SiglipImageEncoder
+try:
+    index = VMemIndex.from_defaults(path=sys.argv[1], image_encoder=SiglipImageEncoder(model_name=sys.argv[2], local_files_only=True))
+except RuntimeError as e:
+    print("refused:", e)
+else:
+    print("rounds:", len(index))
+    index.close()
+"""
+
+
+def test_an_embedded_store_another_process_holds_is_refused_in_words_and_opens_once_let_go(tmp_path, minilm, tiny_siglip):
+    """Qdrant Edge locks a store to the process that opened it; the other process is told so, not
+    shown the lock's ``WouldBlock``, and the holder's memory is untouched."""
+    import subprocess
+    import sys
+
+    def open_in_child() -> str:
+        child = subprocess.run([sys.executable, "-c", _OPEN_IN_CHILD, str(tmp_path / "m"), tiny_siglip.model_name],
+                               capture_output=True, text=True, timeout=300)
+        assert child.returncode == 0, child.stderr[-2000:]
+        return child.stdout.strip().splitlines()[-1]
+
+    index = VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip)
+    index.add_round(user="My cat is called Mochi.", assistant="Cute.")
+    refused = open_in_child()
+    assert refused.startswith(f"refused: store at {(tmp_path / 'm' / 'qdrant').resolve()} is open in another process")
+    assert "WouldBlock" not in refused
+    index.add_round(user="She likes tuna.", assistant="Noted.")
+    index.close()
+    assert open_in_child() == "rounds: 2"
+
+
+def test_a_closed_memory_leaves_nothing_behind_for_a_later_store_to_inherit(tmp_path, minilm, tiny_siglip, monkeypatch):
+    """Per-memory locks and default numbers go with a memory's last handle: a process serving many
+    users does not keep them all, and a store that comes to share a closed one's identity (an
+    embedded store's is its ``id()``, which Python reuses) starts its keys afresh."""
+    from llama_index_vmem import index as index_module
+    from llama_index_vmem.store.edge import EdgeLaneStore
+
+    monkeypatch.setattr(EdgeLaneStore, "identity", property(lambda self: "one identity"))  # as a reused id() would
+    first = VMemIndex.from_defaults(path=tmp_path / "a", embed_model=minilm, image_encoder=tiny_siglip)
+    second = VMemIndex.from_defaults(path=tmp_path / "a", embed_model=minilm, image_encoder=tiny_siglip)
+    first.add_rounds([{"user": f"note {i}", "assistant": "ok", "session_id": "D1"} for i in range(3)])
+    first.close()
+    assert second.add_round(user="one more", assistant="ok", session_id="D1").metadata["round_key"] == "D1:4"
+    second.close()
+    with VMemIndex.from_defaults(path=tmp_path / "b", embed_model=minilm, image_encoder=tiny_siglip) as fresh:
+        assert fresh.add_round(user="first words", assistant="ok", session_id="D1").metadata["round_key"] == "D1:1"
+    assert ("one identity", "default") not in {**index_module._open_handles, **index_module._write_locks,
+                                                **index_module._default_numbers}
+
+
 def test_only_a_store_no_other_process_reaches_is_exclusive(tmp_path):
     """What opening a memory may clear depends on it (see ``LaneStore.exclusive``)."""
     from llama_index_vmem.store.edge import open_edge_store

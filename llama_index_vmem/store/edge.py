@@ -58,8 +58,7 @@ class EdgeLaneStore(LaneStore):
                 if sizes is not None and sizes != _sizes(dims):  # one model name, another size (dimensions=, truncate_dim)
                     raise ValueError(f"store at {self.path} holds vectors of sizes {sizes}; this memory's encoders make {_sizes(dims)}")
                 if not self._shards:
-                    for c in Collection:
-                        self._shards[c] = _with_indexes(qe.EdgeShard.load(str(self.path / c.value)))
+                    self._shards.update(self._load())
                 return
             self.path.mkdir(parents=True, exist_ok=True)
             for c in Collection:
@@ -70,6 +69,21 @@ class EdgeLaneStore(LaneStore):
             tmp = manifest_path.with_suffix(".tmp")
             tmp.write_text(json.dumps({**manifest, SIZES_KEY: _sizes(dims)}, indent=2, sort_keys=True))
             os.replace(tmp, manifest_path)
+
+    def _load(self) -> Dict[Collection, qe.EdgeShard]:
+        """Every shard of the store, or none: a shard left open would keep this process holding it."""
+        shards: Dict[Collection, qe.EdgeShard] = {}
+        try:
+            for c in Collection:
+                shards[c] = _with_indexes(qe.EdgeShard.load(str(self.path / c.value)))
+        except Exception as e:
+            for shard in shards.values():
+                shard.close()
+            if "WouldBlock" in str(e):  # Qdrant Edge's file lock, held by the process that opened the store
+                raise RuntimeError(f"store at {self.path} is open in another process: an embedded store is one "
+                                   "process's at a time (close it there, or use a Qdrant server for several)") from e
+            raise
+        return shards
 
     def upsert(self, collection: Collection, points: Sequence[PointData]) -> None:
         if points:
