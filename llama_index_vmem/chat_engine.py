@@ -13,10 +13,12 @@ the engine's delivery mode (text, or labelled pixels), so a text-only model is n
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import os
 from dataclasses import replace
 from itertools import takewhile
-from typing import Any
+from typing import Any, TypeVar
 
 from llama_index.core.callbacks import trace_method
 from llama_index.core.base.llms.types import (
@@ -44,6 +46,8 @@ from .memory_block import VMemMemoryBlock
 from .messages import query_from_message, today
 from .node_parser import INSTRUCTION_ROLES, RoundInput, round_spans
 from .query_engine import REPLY_TOKENS, AnswerRequest, VMemQueryEngine
+
+T = TypeVar("T")
 
 
 class VMemChatEngine(BaseChatEngine):
@@ -146,6 +150,16 @@ class VMemChatEngine(BaseChatEngine):
         return ChatMessage(role=MessageRole.USER,
                            content="\n".join(text for role, text in spans if role != schema.Role.ASSISTANT.value and text))
 
+    async def _aremember(self, pending: RoundInput, answer: str, *replies: ChatMessage) -> None:
+        """``_remember``, then the user's turn (and ``replies``) into the chat history, as one step:
+        a cancellation meanwhile (a timeout, a closing event loop) waits for both and goes on after,
+        so the memory never holds a turn the history lacks (the round's write, once begun, ends anyway)."""
+        work = functools.partial(contextvars.copy_context().run, self._remember, pending, answer)
+        said, stopped = await _through_cancellation(asyncio.get_running_loop().run_in_executor(None, work))
+        _, stopped_too = await _through_cancellation(asyncio.ensure_future(self._memory.aput_messages([said, *replies])))
+        if stopped or stopped_too:
+            raise asyncio.CancelledError
+
     @trace_method("chat")
     def chat(
         self,
@@ -178,8 +192,7 @@ class VMemChatEngine(BaseChatEngine):
             await self._memory.aset(chat_history)
         request, llm_input = await asyncio.to_thread(self._prepare, user, pending, await self._memory.aget(input=_asked(user)))
         answer = ((await self._llm.achat(llm_input)).message.content or "").strip()
-        said = await asyncio.to_thread(self._remember, pending, answer)
-        await self._memory.aput_messages([said, ChatMessage(role=MessageRole.ASSISTANT, content=answer)])
+        await self._aremember(pending, answer, ChatMessage(role=MessageRole.ASSISTANT, content=answer))
         return AgentChatResponse(response=answer, source_nodes=request.nodes, metadata=request.metadata)
 
     @trace_method("chat")
@@ -233,11 +246,23 @@ class VMemChatEngine(BaseChatEngine):
             async for chunk in stream:
                 answer += chunk.delta or ""
                 yield chunk
-            await self._memory.aput(await asyncio.to_thread(self._remember, pending, answer.strip()))  # the reply follows
+            await self._aremember(pending, answer.strip())  # LlamaIndex puts the reply after it
 
         response = StreamingAgentChatResponse(achat_stream=remembered(), source_nodes=request.nodes)
         response.awrite_response_to_history_task = asyncio.create_task(response.awrite_response_to_history(self._memory))
         return response
+
+
+async def _through_cancellation(future: asyncio.Future[T]) -> tuple[T, bool]:
+    """``future``'s result, awaited to its end even if the awaiting task is cancelled meanwhile, and whether it was."""
+    stopped = False
+    while True:
+        try:
+            return await asyncio.shield(future), stopped
+        except asyncio.CancelledError:
+            if future.cancelled():
+                raise
+            stopped = True
 
 
 def _user_message(message: str | ChatMessage, image_path: str | os.PathLike | None, image_caption: str | None) -> ChatMessage:

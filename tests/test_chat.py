@@ -630,6 +630,46 @@ def test_a_stream_that_fails_writes_nothing_as_a_failed_chat_does(make_index, ph
     assert engine.chat_history == [] and len(index) == rounds
 
 
+@pytest.mark.parametrize("mode", ["achat", "astream_chat"])
+def test_a_turn_cancelled_while_it_is_stored_ends_in_both_the_memory_and_the_history(make_index, photos, monkeypatch, mode):
+    """A timeout (``asyncio.wait_for``) that lands while the exchange is being written: the round's
+    write cannot be stopped once begun, so the turn's history write waits for it, then the
+    cancellation goes on; before, the memory held a turn the history never got."""
+    import threading
+    import time
+
+    index = _memory(make_index, photos)
+    engine = index.as_chat_engine(llm=StreamingLLM(default="Noted."), session_id="S")
+    writing, remember = threading.Event(), engine._remember
+
+    def slow_remember(*args):
+        writing.set()
+        time.sleep(0.3)  # a write that takes a while: images to encode, a server far away
+        return remember(*args)
+
+    monkeypatch.setattr(engine, "_remember", slow_remember)
+    rounds = len(index)
+
+    async def turn():
+        if mode == "achat":
+            return await engine.achat("My sister lives in Bergen.")
+        response = await engine.astream_chat("My sister lives in Bergen.")
+        return await response.awrite_response_to_history_task
+
+    async def cancel_while_writing():
+        task = asyncio.ensure_future(turn())
+        await asyncio.to_thread(writing.wait)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_while_writing())
+    assert len(index) == rounds + 1
+    assert [m.content for m in engine.chat_history][:1] == ["My sister lives in Bergen."]
+    if mode == "achat":
+        assert [m.content for m in engine.chat_history] == ["My sister lives in Bergen.", "Noted."]
+
+
 # -- LlamaIndex's ContextChatEngine over the retriever ----------------------------------------
 
 
