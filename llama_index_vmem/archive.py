@@ -10,6 +10,7 @@ keep as given) is refused whole, naming the point, before anything is written.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import zipfile
@@ -58,6 +59,7 @@ def export_memory(index: "VMemIndex", path: Union[str, Path]) -> Path:
         raise VMemInputError(f"archive {path}", "is a directory: name the zip file to write")
     if not path.parent.is_dir():
         raise VMemInputError(f"archive {path}", f"cannot be written: there is no folder {path.parent}")
+    index.image_fence.check_write(f"archive {path}", path)
     points = {c: index.store.points(c, index.scope()) for c in Collection}
     written = {p.id for p in points[Collection.ROUNDS]}  # units of a killed add, not yet swept, stay behind
     points.update({c: [p for p in points[c] if p.payload[schema.ROUND_ID] in written] for c in (Collection.TEXT, Collection.IMAGE)})
@@ -89,9 +91,13 @@ def _image_files(index: "VMemIndex", points: List[PointData]) -> Dict[str, Path]
         if not p.payload.get(schema.IMAGE_PATH):
             continue
         source = index.image_file(p.payload[schema.IMAGE_PATH])
+        item = f"memory {index.memory_id} image {p.payload.get(schema.IMAGE_ID)!r}"
         if not source.is_file():
-            raise VMemInputError(f"memory {index.memory_id} image {p.payload.get(schema.IMAGE_ID)!r}",
-                                 f"has no file at {source}; it cannot be exported")
+            raise VMemInputError(item, f"has no file at {source}; it cannot be exported")
+        if source.name not in files and hashlib.sha256(source.read_bytes()).hexdigest() != source.stem:
+            raise VMemInputError(item, f"file {source} no longer holds the picture stored under its name (changed or "
+                                       "cut short since), and import would refuse the archive: add the picture again "
+                                       "to mend it, or forget its round")
         files.setdefault(source.name, source)
     return files
 

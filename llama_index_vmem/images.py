@@ -97,13 +97,20 @@ class Fence:
         return cls(Path(own).parent, Path(own))
 
     def check(self, item: str, path: Union[str, os.PathLike]) -> None:
-        resolved = Path(path).resolve()
-        if resolved.is_relative_to(self.own.resolve()):
-            return
+        """Refuse reading ``path`` from another memory's folder."""
+        if not Path(path).resolve().is_relative_to(self.own.resolve()) and self._fenced(Path(path).resolve()):
+            raise VMemInputError(item, f"{path} is in another memory's image folder")
+
+    def check_write(self, item: str, path: Union[str, os.PathLike]) -> None:
+        """Refuse writing ``path`` into any memory's folder, this one's too: a file written there
+        could take the place of a picture, and forget clears the folder."""
+        if self._fenced(Path(path).resolve()):
+            raise VMemInputError(item, f"{path} is in a memory's image folder: write it elsewhere")
+
+    def _fenced(self, resolved: Path) -> bool:
         with _MEMORY_FOLDERS_GUARD:
             opened = list(_MEMORY_FOLDERS)
-        if any(resolved.is_relative_to(folder) for folder in opened) or self._beside_own(resolved):
-            raise VMemInputError(item, f"{path} is in another memory's image folder")
+        return any(resolved.is_relative_to(folder) for folder in opened) or self._beside_own(resolved)
 
     def _beside_own(self, resolved: Path) -> bool:
         """Inside a folder of ``root`` named as a memory's folder is named."""
@@ -250,12 +257,21 @@ def validate(item: str, data: bytes) -> LoadedImage:
 
 
 def save(image: LoadedImage, directory: Path) -> Path:
-    """Write once by content hash; the same pixels shared twice are one file."""
+    """Write once by content hash; the same pixels shared twice are one file. A file of another
+    size under the name (cut short, overwritten) is written again: adding the picture again mends it."""
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / image.file_name
-    if not target.exists():
+    if not holds(target, image):
         write_atomically(target, lambda tmp: tmp.write_bytes(image.data))
     return target
+
+
+def holds(path: Path, image: LoadedImage) -> bool:
+    """Whether ``path`` is a file of ``image``'s size: the name vouches for the rest, and a stat is cheap."""
+    try:
+        return path.stat().st_size == len(image.data)
+    except FileNotFoundError:
+        return False
 
 
 def write_atomically(target: Path, write: Callable[[Path], None]) -> None:

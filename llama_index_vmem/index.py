@@ -352,6 +352,8 @@ class VMemIndex:
                     for path, loaded in p.pending_images.items():
                         if not path.exists():
                             written.append(image_io.save(loaded, self.image_dir))
+                        elif not image_io.holds(path, loaded):  # another size: a damaged file, mended
+                            image_io.save(loaded, self.image_dir)
                 self.store.upsert(Collection.ROUNDS, round_points)
             except BaseException:
                 self._rollback([p.round_node.node_id for p in parsed], written)

@@ -489,6 +489,41 @@ def test_export_of_a_memory_missing_an_image_file_is_refused_up_front(open_memor
     assert not list(tmp_path.glob("m.zip*")), "no partial archive is left"
 
 
+def test_a_damaged_picture_is_named_at_export_and_mended_by_adding_it_again(open_memory, photos, tmp_path, minilm, tiny_siglip):
+    """A picture file changed since it was stored would make import refuse the whole archive, so
+    export says so when the backup is made, not when it is restored; storing the same pixels
+    again writes the file anew."""
+    index = open_memory()
+    index.add_rounds(_conversation(photos)[:1])
+    picture = Path(next(u.image_path for u in index.rounds()[0].units if getattr(u, "image_path", None)))
+    picture.write_bytes(picture.read_bytes()[:100])
+    with pytest.raises(VMemInputError, match="D1:IMG_1") as refused:
+        index.export_archive(tmp_path / "m.zip")
+    assert str(picture) in str(refused.value) and "add the picture again" in str(refused.value)
+    assert not list(tmp_path.glob("m.zip*")), "no partial archive is left"
+    index.add_round(user="The cat again.", session_id="D1", images=[{"image_id": "D1:IMG_1", "path": str(photos["chelsea"])}])
+    assert picture.read_bytes() == photos["chelsea"].read_bytes()
+    index.export_archive(tmp_path / "m.zip")
+    with VMemIndex.from_archive(tmp_path / "m.zip", path=tmp_path / "restored", embed_model=minilm,
+                                image_encoder=tiny_siglip) as restored:
+        assert len(restored) == 2
+
+
+def test_an_archive_is_never_written_into_a_memorys_image_folder(open_memory, photos, tmp_path):
+    """A caller-given path there could replace a picture (an archive named as one) and would go with a forget."""
+    alice, bob = open_memory("alice"), open_memory("bob")
+    alice.add_rounds(_conversation(photos)[:1])
+    bob.add_rounds(_conversation(photos)[1:2])
+    alices_picture = Path(next(u.image_path for u in alice.rounds()[0].units if getattr(u, "image_path", None)))
+    before = _snapshot(alice), alices_picture.read_bytes()
+    for memory, target in ((bob, alices_picture), (bob, alice.image_dir / "backup.zip"), (alice, alice.image_dir / "backup.zip")):
+        with pytest.raises(VMemInputError, match=f"^archive {re.escape(str(target))}: .* is in a memory's image folder"):
+            memory.export_archive(target)
+    assert (_snapshot(alice), alices_picture.read_bytes()) == before
+    assert not (alice.image_dir / "backup.zip").exists()
+    assert bob.export_archive(tmp_path / "bob.zip").is_file()
+
+
 @pytest.mark.parametrize("own_folders", [False, True], ids=["shared_image_dir", "image_dir_each"])
 def test_an_image_path_into_another_memory_is_refused(open_memory, photos, tmp_path, own_folders):
     folders = {name: {"image_dir": tmp_path / f"{name}-images"} if own_folders else {} for name in ("alice", "bob")}
