@@ -8,7 +8,7 @@ import pytest
 from qdrant_client import QdrantClient, models
 
 from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle
-from llama_index_vmem.store import Collection
+from llama_index_vmem.store import Collection, Scope
 
 QUESTIONS = [
     VMemQueryBundle("What is my cat called?"),
@@ -277,6 +277,51 @@ def test_a_closed_memory_leaves_nothing_behind_for_a_later_store_to_inherit(tmp_
         assert fresh.add_round(user="first words", assistant="ok", session_id="D1").metadata["round_key"] == "D1:1"
     assert ("one identity", "default") not in {**index_module._open_handles, **index_module._write_locks,
                                                 **index_module._default_numbers}
+
+
+def test_a_store_that_lost_its_manifest_is_refused_not_started_afresh(tmp_path, minilm, tiny_siglip):
+    """Shards without a manifest were taken for a creation cut short and deleted, memory and all;
+    now only empty or unreadable ones are (a creation cut short stores nothing), and a manifest
+    that cannot be read is named."""
+    def open_():
+        return VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip)
+
+    with open_() as index:
+        index.add_round(user="My cat is called Mochi.", assistant="Cute.")
+    manifest = tmp_path / "m" / "qdrant" / "manifest.json"
+    kept = manifest.read_bytes()
+    manifest.unlink()
+    with pytest.raises(RuntimeError, match=r"holds \d+ points but no manifest.json"):
+        open_()
+    manifest.write_text("")
+    with pytest.raises(ValueError, match="manifest.json cannot be read"):
+        open_()
+    manifest.write_bytes(kept)
+    with open_() as index:
+        assert [r.round.text for r in index.rounds()] == ["User: My cat is called Mochi.\nAssistant: Cute."]
+        index.forget_all()
+    manifest.unlink()  # shards that hold nothing: a creation cut short, made afresh
+    with open_() as index:
+        assert len(index) == 0
+    assert manifest.is_file()
+
+
+def test_a_store_being_made_by_another_handle_is_not_made_afresh_under_it(tmp_path):
+    """Two processes opening a new store at once: the one that finds shards without a manifest (the
+    other's, not yet finished) is refused as held, instead of deleting the shards in use."""
+    from llama_index_vmem.store.base import LaneDims, PointData
+    from llama_index_vmem.store.edge import MANIFEST, EdgeLaneStore, open_edge_store
+
+    first = open_edge_store(tmp_path / "s")
+    try:
+        first.ensure_collections(LaneDims(4, 4), {"encoders": "e"})
+        first.upsert(Collection.ROUNDS, [PointData("00000000-0000-0000-0000-000000000001", {"memory_id": "m"})])
+        (tmp_path / "s" / MANIFEST).unlink()  # as before the maker writes it
+        with pytest.raises(RuntimeError, match="is open in another process"):
+            EdgeLaneStore((tmp_path / "s").resolve()).ensure_collections(LaneDims(4, 4), {"encoders": "e"})
+        assert len(first.records(Collection.ROUNDS, Scope("m"), with_vectors=False)) == 1
+    finally:
+        first.close()
 
 
 def test_only_a_store_no_other_process_reaches_is_exclusive(tmp_path):

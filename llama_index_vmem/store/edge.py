@@ -18,6 +18,7 @@ import qdrant_edge as qe
 from .. import schema
 from ..encoders import same_encoders
 from ..encoders.bm25 import Sparse
+from ..images import write_atomically
 from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
 MANIFEST = "manifest.json"
@@ -49,7 +50,10 @@ class EdgeLaneStore(LaneStore):
         with self._lock:
             manifest_path = self.path / MANIFEST
             if manifest_path.exists():  # checked for every memory opened, not only the first
-                stored = json.loads(manifest_path.read_text())
+                try:
+                    stored = json.loads(manifest_path.read_text())
+                except ValueError as e:
+                    raise ValueError(f"store at {self.path}: {MANIFEST} cannot be read ({e}); restore it from a backup") from None
                 sizes = stored.pop(SIZES_KEY, None)
                 if not same_encoders(stored, manifest):
                     raise ValueError(
@@ -61,20 +65,40 @@ class EdgeLaneStore(LaneStore):
                     self._shards.update(self._load())
                 return
             self.path.mkdir(parents=True, exist_ok=True)
+            self._refuse_points_without_manifest()
             for c in Collection:
                 # No manifest yet: any shard here is from a creation that was interrupted (the
                 # manifest is written last and nothing is stored before it), so start it afresh.
                 shutil.rmtree(self.path / c.value, ignore_errors=True)
                 self._shards[c] = _with_indexes(qe.EdgeShard.create(str(self.path / c.value), _config(c, dims)))
-            tmp = manifest_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({**manifest, SIZES_KEY: _sizes(dims)}, indent=2, sort_keys=True))
-            os.replace(tmp, manifest_path)
+            manifest_text = json.dumps({**manifest, SIZES_KEY: _sizes(dims)}, indent=2, sort_keys=True)
+            write_atomically(manifest_path, lambda tmp: tmp.write_text(manifest_text), durable=True)
 
-    def _load(self) -> Dict[Collection, qe.EdgeShard]:
-        """Every shard of the store, or none: a shard left open would keep this process holding it."""
+    def _refuse_points_without_manifest(self) -> None:
+        """Shards with points but no manifest lost their manifest (a copy that left it out, a
+        cleanup): starting afresh would delete a memory, so the open is refused. Shards another
+        process holds are refused as held; ones that cannot be read are a creation cut short."""
+        found = [c for c in Collection if (self.path / c.value).exists()]
+        try:
+            shards = self._load(found)
+        except RuntimeError:  # held by another process (``_load`` says so)
+            raise
+        except Exception:  # unreadable: cut short while it was made
+            return
+        try:
+            held = sum(int(shard.count(qe.CountRequest(exact=True))) for shard in shards.values())
+        finally:
+            for shard in shards.values():
+                shard.close()
+        if held:
+            raise RuntimeError(f"store at {self.path} holds {held} points but no {MANIFEST}, which records the encoders "
+                               "that made them: restore it from a backup (to start afresh, remove the folder)")
+
+    def _load(self, collections: Sequence[Collection] = tuple(Collection)) -> Dict[Collection, qe.EdgeShard]:
+        """These shards of the store, or none: a shard left open would keep this process holding it."""
         shards: Dict[Collection, qe.EdgeShard] = {}
         try:
-            for c in Collection:
+            for c in collections:
                 shards[c] = _with_indexes(qe.EdgeShard.load(str(self.path / c.value)))
         except Exception as e:
             for shard in shards.values():
