@@ -173,11 +173,11 @@ def import_memory(index: "VMemIndex", archive: Archive) -> int:
     try:  # pictures after the units that record them, as an add writes them
         for c in (Collection.TEXT, Collection.IMAGE):
             index.store.upsert(c, rehomed[c])
-        for loaded in archive.images.values():
-            target = index.image_dir / loaded.file_name
-            if not target.exists():
-                written.append(image_io.save(loaded, index.image_dir))
-        index.store.upsert(Collection.ROUNDS, rehomed[Collection.ROUNDS])
+        image_io.save_each(archive.images.values(), index.image_dir, written)
+        # In conversation order, as an add writes them: an import killed part-way (a server takes
+        # them in batches) leaves whole rounds from the first on, and the next add or open sweeps
+        # the units past the last, as it sweeps a killed add's.
+        index.store.upsert(Collection.ROUNDS, sorted(rehomed[Collection.ROUNDS], key=lambda p: p.payload[schema.SEQ]))
     except BaseException:
         for c in (Collection.ROUNDS, Collection.IMAGE, Collection.TEXT):
             index.store.delete(c, index.scope())

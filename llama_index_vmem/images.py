@@ -25,7 +25,7 @@ import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, List, Optional, Set, Union
+from typing import Callable, Iterable, List, Optional, Set, Union
 
 from PIL import Image, UnidentifiedImageError
 
@@ -264,6 +264,17 @@ def save(image: LoadedImage, directory: Path) -> Path:
     if not holds(target, image):
         write_atomically(target, lambda tmp: tmp.write_bytes(image.data))
     return target
+
+
+def save_each(images: Iterable[LoadedImage], directory: Path, created: List[Path]) -> None:
+    """``save`` each image, adding to ``created`` the files that were not there before, as they are
+    written: a write that fails part-way removes those, and no file another round holds."""
+    for image in images:
+        target = directory / image.file_name
+        existed = target.exists()
+        save(image, directory)
+        if not existed:
+            created.append(target)
 
 
 def holds(path: Path, image: LoadedImage) -> bool:

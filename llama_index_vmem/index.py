@@ -348,12 +348,7 @@ class VMemIndex:
             try:  # pictures after the units that record them: the sweep finds a killed add's files through its units
                 self.store.upsert(Collection.TEXT, text_points)
                 self.store.upsert(Collection.IMAGE, image_points)
-                for p in parsed:
-                    for path, loaded in p.pending_images.items():
-                        if not path.exists():
-                            written.append(image_io.save(loaded, self.image_dir))
-                        elif not image_io.holds(path, loaded):  # another size: a damaged file, mended
-                            image_io.save(loaded, self.image_dir)
+                image_io.save_each((loaded for p in parsed for loaded in p.pending_images.values()), self.image_dir, written)
                 self.store.upsert(Collection.ROUNDS, round_points)
             except BaseException:
                 self._rollback([p.round_node.node_id for p in parsed], written)

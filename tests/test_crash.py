@@ -1,7 +1,7 @@
 """Crash safety: a child process appending rounds is killed (SIGKILL) at random points, again and
 again, on the same store; after every kill the store opens, every round whose add call returned
 is there, and no round is half-written. A child killed at a chosen point of an add leaves no
-picture file behind."""
+picture file behind; one killed part-way through an import leaves the conversation's first rounds."""
 
 from __future__ import annotations
 
@@ -98,5 +98,49 @@ def test_a_picture_saved_by_a_killed_add_is_removed_when_the_memory_next_opens(t
         recorded = {Path(h.payload["image_path"]).name for h in index.store.scroll(Collection.IMAGE, index.scope())}
         assert len(recorded) == 1
         assert {p.name for p in index.image_dir.iterdir() if p.is_file()} == recorded
+    finally:
+        index.close()
+
+
+_IMPORT_THEN_DIE = """
+import os, sys
+from qdrant_client import QdrantClient
+from llama_index_vmem import VMemIndex, archive
+from llama_index_vmem.encoders import SiglipImageEncoder
+
+index = VMemIndex.from_defaults(client=QdrantClient(path=sys.argv[1]), memory_id="m", image_dir=sys.argv[2],
+                                image_encoder=SiglipImageEncoder(model_name=sys.argv[3], local_files_only=True))
+index.store.batch_size = 2
+upsert = index.store.client.upsert
+
+def upsert_then_die(name, **kwargs):
+    upsert(name, **kwargs)
+    if name.endswith("_rounds"):
+        os._exit(9)
+
+index.store.client.upsert = upsert_then_die
+archive.import_memory(index, archive.read_archive(sys.argv[4]))
+"""
+
+
+def test_an_import_killed_part_way_on_a_server_leaves_whole_rounds_from_the_first(tmp_path, minilm, tiny_siglip):
+    """A server takes an import's round records in batches; killed after the first, the memory
+    holds the conversation's first rounds, and opening it sweeps the units of the rest (before,
+    rounds from anywhere were kept, and the units between them stayed for good)."""
+    from qdrant_client import QdrantClient
+
+    source = VMemIndex.from_defaults(path=tmp_path / "source", memory_id="m", embed_model=minilm, image_encoder=tiny_siglip)
+    source.add_rounds([{"user": f"note {i}", "assistant": "ok", "session_id": "D1"} for i in range(8)])
+    source.export_archive(tmp_path / "m.zip")
+    source.close()
+    child = subprocess.run([sys.executable, "-c", _IMPORT_THEN_DIE, str(tmp_path / "local"), str(tmp_path / "images"),
+                            tiny_siglip.model_name, str(tmp_path / "m.zip")], capture_output=True, text=True)
+    assert child.returncode == 9, child.stderr[-2000:]
+    index = VMemIndex.from_defaults(client=QdrantClient(path=str(tmp_path / "local")), memory_id="m",
+                                    image_dir=tmp_path / "images", embed_model=minilm, image_encoder=tiny_siglip)
+    try:
+        assert [r.round.metadata["round_key"] for r in index.rounds()] == ["D1:1", "D1:2"]
+        kept = {p.id for p in index.store.points(Collection.ROUNDS, index.scope())}
+        assert {p.payload["round_id"] for p in index.store.points(Collection.TEXT, index.scope())} == kept
     finally:
         index.close()
