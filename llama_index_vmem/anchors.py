@@ -24,15 +24,28 @@ from typing import Any, Dict, List, Optional, Tuple
 from llama_index.core.base.llms.types import ChatMessage, ImageBlock, MessageRole, TextBlock
 from llama_index.core.indices.query.query_transform.base import BaseQueryTransform
 from llama_index.core.llms import LLM
+from llama_index.core.llms.utils import resolve_llm
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import QueryBundle
 from llama_index.core.utils import globals_helper
 from pydantic import PrivateAttr
 
+from .errors import VMemInputError
 from .images import is_url
 from .prompts import ENRICHED_ANCHOR_PROMPT, HYPO_CAPTION_PROMPT, check_prompt
 from .schema import is_utf8, visible
+
+
+def as_llm(llm: Any) -> Optional[LLM]:
+    """An ``llm=`` argument read as LlamaIndex reads one (an ``LLM``; ``"default"``, ``"local:<path>"``
+    or a LangChain model through ``resolve_llm``), None for none. Anything else is refused here, by
+    name, rather than by the first question that needs the LLM."""
+    if llm is None or isinstance(llm, LLM):
+        return llm
+    if isinstance(llm, str) or type(llm).__module__.split(".")[0].startswith("langchain"):
+        return resolve_llm(llm)
+    raise VMemInputError("llm", f"must be a LlamaIndex LLM, got {type(llm).__name__}")
 
 
 class _CachedAnchorTransform(BaseQueryTransform):
@@ -46,7 +59,9 @@ class _CachedAnchorTransform(BaseQueryTransform):
 
     def __init__(self, llm: LLM, prompt: Optional[BasePromptTemplate] = None) -> None:
         super().__init__()
-        self._llm = llm
+        self._llm = as_llm(llm)
+        if self._llm is None:
+            raise VMemInputError("llm", "an anchor transform needs an LLM")
         if prompt is not None:
             check_prompt(self.prompt_key, prompt)
         self._prompt = prompt or self.default_prompt()

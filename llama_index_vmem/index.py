@@ -25,6 +25,7 @@ from llama_index.core import Settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.embeddings.multi_modal_base import MultiModalEmbedding
+from llama_index.core.embeddings.utils import resolve_embed_model
 from llama_index.core.llms import LLM
 from llama_index.core.schema import ImageNode, NodeRelationship, RelatedNodeInfo, TextNode
 from tqdm.auto import tqdm
@@ -35,6 +36,7 @@ from . import schema
 from .config import VMemConfig
 from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedding, encoder_id
 from .encoders.text import padded_batches, token_lengths
+from .anchors import as_llm
 from .errors import VMemInputError
 from .lifecycle import Selection, StoredRound, TimeLike
 from .node_parser import (ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_text, checked_round, default_round_key,
@@ -143,7 +145,7 @@ class VMemIndex:
             self.memory_id = memory_id
             self.embed_model = embed_model
             self.image_encoder = image_encoder
-            self.llm = llm
+            self.llm = as_llm(llm)
             self.config = config or VMemConfig()
             self.show_progress = show_progress
             self.region_tiles = region_tiles
@@ -646,7 +648,7 @@ class VMemIndex:
         from .query_engine import VMemQueryEngine
 
         _check_options(kwargs, {"the query engine": _engine_options(), "its retriever": _retriever_options()})
-        llm = llm or self.llm or _settings_llm()
+        llm = as_llm(llm) or self.llm or _settings_llm()
         engine_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in _engine_options()}
         delivery = engine_kwargs.get("delivery")
         if delivery is not None and delivery not in tuple(DeliveryMode):  # the engine's enum lookup names no option
@@ -713,8 +715,14 @@ def _check_memory_id(memory_id: Any) -> None:
 
 
 def _encoders(embed_model: Optional[BaseEmbedding], image_encoder: Optional[MultiModalEmbedding]) -> Tuple[BaseEmbedding, MultiModalEmbedding]:
-    """The encoders given, or the packaged defaults (MiniLM, EfficientNet-Lite0) in their place."""
-    return embed_model or default_text_embedding(), image_encoder or EfficientNetImageEncoder()
+    """The encoders given (a text model also as LlamaIndex names one: ``"local:<model>"``), or the
+    packaged defaults (MiniLM, EfficientNet-Lite0) in their place; anything else is refused by name."""
+    text = resolve_embed_model(embed_model) if isinstance(embed_model, str) else embed_model or default_text_embedding()
+    image = image_encoder or EfficientNetImageEncoder()
+    for item, model, kind in (("embed_model", text, BaseEmbedding), ("image_encoder", image, MultiModalEmbedding)):
+        if not isinstance(model, kind):
+            raise VMemInputError(item, f"must be a LlamaIndex {kind.__name__}, got {type(model).__name__}")
+    return text, image
 
 
 def _manifest(embed_model: BaseEmbedding, image_encoder: MultiModalEmbedding, region_tiles: bool) -> Dict[str, Any]:

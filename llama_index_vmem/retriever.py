@@ -25,7 +25,7 @@ from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, Query
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
 from . import neighbours, schema
-from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
+from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, as_llm, caption_keywords
 from .config import VMemConfig
 from .errors import VMemInputError
 from .fusion import Fused, carry_forward, rank_rounds, round_of, rrf, unit_of, units_covering
@@ -126,6 +126,7 @@ class VMemRetriever(BaseRetriever):
         self.session_id = session_filter(filters)
         self.config = config or index.config
         self.router = router or ModalityRouter()
+        llm = as_llm(llm)
         self.hypo_caption = hypo_caption or (HypoCaptionTransform(llm) if llm is not None else None)
         self.enriched_anchor = enriched_anchor or (
             EnrichedAnchorTransform(llm, max_keywords=self.config.max_anchor_keywords) if llm is not None else None

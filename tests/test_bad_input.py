@@ -840,3 +840,37 @@ def test_a_turn_page_or_archive_of_the_wrong_kind_is_refused_by_name(memory, tmp
     export to a folder failed with a bare IsADirectoryError."""
     err = rejected(memory, lambda: call(memory, tmp_path), item=item.format(tmp=tmp_path))
     assert words in err.problem
+
+
+# -- models of the wrong kind --------------------------------------------------------------------
+
+
+LLM_ENTRY_POINTS = {
+    "as_retriever": lambda index, llm: index.as_retriever(llm=llm),
+    "as_query_engine": lambda index, llm: index.as_query_engine(llm=llm),
+    "as_chat_engine": lambda index, llm: index.as_chat_engine(llm=llm),
+    "VMemRetriever": lambda index, llm: __import__("llama_index_vmem").VMemRetriever(index, llm=llm),
+    "HypoCaptionTransform": lambda index, llm: __import__("llama_index_vmem.anchors").anchors.HypoCaptionTransform(llm),
+}
+
+
+@pytest.mark.parametrize("entry", sorted(LLM_ENTRY_POINTS))
+def test_an_llm_of_the_wrong_kind_is_refused_where_it_is_given(memory, entry):
+    """Before, a string or another object was taken and failed at the first question needing an
+    LLM (the first text->image one, for a retriever) with an ``AttributeError``. A string is read
+    as LlamaIndex reads one (``resolve_llm``), so a name it does not know fails as stock fails."""
+    assert rejected(memory, lambda: LLM_ENTRY_POINTS[entry](memory, 3), item="llm").problem == "must be a LlamaIndex LLM, got int"
+    with pytest.raises(ValueError, match="llm must start with str 'local'"):
+        LLM_ENTRY_POINTS[entry](memory, "gpt-4o")
+    assert len(memory) == 2
+
+
+@pytest.mark.parametrize("item, given, words", [
+    ("llm", 3, "must be a LlamaIndex LLM, got int"),
+    ("embed_model", 3, "must be a LlamaIndex BaseEmbedding, got int"),
+    ("image_encoder", "siglip", "must be a LlamaIndex MultiModalEmbedding, got str"),
+])
+def test_a_model_of_the_wrong_kind_opens_no_memory(tmp_path, item, given, words):
+    with pytest.raises(VMemInputError, match=f"^{item}: {words}$"):
+        VMemIndex.from_defaults(path=tmp_path / "m", **{item: given})
+    assert not (tmp_path / "m" / "qdrant").exists()
