@@ -9,6 +9,7 @@ user chat message whose blocks are the prompt text around the delivered content;
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -22,12 +23,15 @@ from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
+from .anchors import as_llm
 from . import schema
 from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, block_groups, content_tokens, default_mode, fit, head, messages_tokens, prompt_messages
 from .messages import local_query
 from .postprocessor import NeighborRoundPostprocessor
 from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, IMAGE_NOTE_PROMPT, check_prompt
 from .retriever import RetrievalResult, VMemRetriever, check_query
+
+logger = logging.getLogger(__name__)
 
 _NO_DESCRIPTION = "an image (no description was given)"
 
@@ -73,6 +77,7 @@ class VMemQueryEngine(BaseQueryEngine):
         node_postprocessors: Optional[Sequence[BaseNodePostprocessor]] = None,
     ) -> None:
         super().__init__(callback_manager=retriever.callback_manager)
+        llm = as_llm(llm)
         if llm is None:
             raise ValueError("as_query_engine needs an llm (any LlamaIndex LLM)")
         self.retriever = retriever
@@ -133,6 +138,11 @@ class VMemQueryEngine(BaseQueryEngine):
         context = self.deliverer.deliver(nodes, query_bundle)
         if content_tokens(context) > budget:
             context = head(context, budget)
+        if not context and nodes:  # no line of any block fits: nothing of the memory reaches the model
+            logger.warning("the answer prompt leaves no room for memory in %s's %d-token window (less %d for the "
+                           "answer): it is sent without context", self.llm.metadata.model_name,
+                           self.llm.metadata.context_window, REPLY_TOKENS)
+            nodes = []
         return prompt_messages(prompt, context + note, self.llm, question=query_bundle.query_str), nodes
 
     def _image_note(self, query_bundle: QueryBundle, result: RetrievalResult) -> str:

@@ -207,6 +207,18 @@ def test_the_prompt_fits_the_models_window_leaving_out_the_least_relevant_blocks
     assert small.chats[-1][0].content.startswith("You are a kind assistant.")
 
 
+def test_a_window_with_no_room_for_memory_sends_none_and_names_no_source(make_index, scripted_llm, caplog):
+    """Before, the best block was kept as the answer's source though not a line of it was sent."""
+    index = _long_days(make_index)
+    tiny = _window_llm(scripted_llm, 400)
+    with caplog.at_level("WARNING", logger="llama_index_vmem.query_engine"):
+        answer = index.as_query_engine(llm=tiny).query("What did my cat chase?")
+    [sent] = tiny.chats[-1]
+    assert "[session " not in sent.content and "QUESTION: What did my cat chase?" in sent.content
+    assert answer.source_nodes == []
+    assert "leaves no room for memory in scripted's 400-token window" in caplog.text
+
+
 def test_conflict_question_gets_the_conflict_prompt(make_index, photos, scripted_llm):
     llm = scripted_llm(default="No")
     _memory(make_index, photos).as_query_engine(llm=llm).query("Is there a contradiction about where I live?")
