@@ -91,10 +91,14 @@ class VMemChatEngine(BaseChatEngine):
         **query_engine_kwargs: Any,
     ) -> VMemChatEngine:
         """``query_engine_kwargs`` go to ``index.as_query_engine`` (``delivery``, ``image_budget``, ``k``, ...)."""
+        if "streaming" in query_engine_kwargs:  # the query engine's option would be taken and do nothing here
+            raise TypeError("a chat engine streams through stream_chat() and astream_chat(); it takes no streaming=")
         query_engine = index.as_query_engine(llm=llm, **query_engine_kwargs)
-        memory = memory or Memory.from_defaults(
-            chat_history=chat_history, token_limit=query_engine.llm.metadata.context_window - REPLY_TOKENS
-        )
+        window = query_engine.llm.metadata.context_window
+        if window <= REPLY_TOKENS:
+            raise VMemInputError("llm", f"has a {window}-token window: a chat needs more than the {REPLY_TOKENS} "
+                                        "tokens it keeps for the answer")
+        memory = memory or Memory.from_defaults(chat_history=chat_history, token_limit=window - REPLY_TOKENS)
         return cls(index, query_engine, memory, system_prompt=system_prompt, session_id=session_id)
 
     @property

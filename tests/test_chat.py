@@ -404,6 +404,23 @@ def test_a_history_that_fits_is_sent_whole_with_its_system_message_and_greeting(
     assert [m.role for m in sent] == ["system", "assistant", "user"]
 
 
+def test_a_chat_engine_refuses_what_it_could_not_honour_up_front(make_index, photos):
+    """``streaming=True`` (a query engine's option) was taken and did nothing; a model whose window
+    holds no more than the answer's reserve failed in pydantic's ``Memory(token_limit=-56)``."""
+    from llama_index.core.llms import LLMMetadata
+
+    class TinyWindow(ScriptedLLM):
+        @property
+        def metadata(self):
+            return LLMMetadata(model_name="tiny", context_window=200, is_chat_model=True)
+
+    index = _memory(make_index, photos)
+    with pytest.raises(TypeError, match=r"streams through stream_chat\(\) and astream_chat\(\); it takes no streaming="):
+        index.as_chat_engine(llm=ScriptedLLM(default="ok"), streaming=True)
+    with pytest.raises(VMemInputError, match="^llm: has a 200-token window: a chat needs more than the 256 tokens"):
+        index.as_chat_engine(llm=TinyWindow(default="ok"))
+
+
 def test_chat_engine_sends_the_chat_history_before_the_answer_prompt(make_index, photos):
     llm = ScriptedLLM(default="Sure.")
     engine = _memory(make_index, photos).as_chat_engine(llm=llm, system_prompt="Be brief.")
