@@ -50,7 +50,7 @@ ATTACHMENT_LABEL = "ATTACHED"
 ContentBlock = Union[TextBlock, ImageBlock]
 #: Model names that take images (OpenAI, Gemini, Claude, Qwen-VL, LLaVA, ...): ``pixels`` is their default.
 _VISION_MODELS = re.compile(r"gpt-4o|gpt-4\.1|gpt-5|\bo[134]\b|vision|gemini|claude-3|claude-(sonnet|opus|haiku)|"
-                            r"-vl|vl-|llava|pixtral|llama-?3\.2.*vision|llama-4", re.IGNORECASE)
+                            r"-vl|vl-|\dvl\b|llava|pixtral|llama-?3\.2.*vision|llama-4", re.IGNORECASE)
 #: Of those, the OpenAI reasoning models that take text only: an image sent to them fails the call.
 _TEXT_ONLY_MODELS = re.compile(r"\bo1-(mini|preview)|\bo3-mini", re.IGNORECASE)
 

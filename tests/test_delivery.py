@@ -189,7 +189,8 @@ def test_nodes_of_other_retrievers_fused_in_pass_both_postprocessors_in_place(ma
                                          ("o1", DeliveryMode.PIXELS), ("o4-mini", DeliveryMode.PIXELS),
                                          ("openai/o3-2025-04-16", DeliveryMode.PIXELS), ("o1-mini", DeliveryMode.TEXT),
                                          ("o1-preview", DeliveryMode.TEXT), ("o3-mini-2025-01-31", DeliveryMode.TEXT),
-                                         ("demo1", DeliveryMode.TEXT)])
+                                         ("demo1", DeliveryMode.TEXT), ("qwen2.5vl:7b", DeliveryMode.PIXELS),
+                                         ("qwen3-vl:8b", DeliveryMode.PIXELS), ("qwen2.5:7b", DeliveryMode.TEXT)])
 def test_default_mode_follows_the_model(model, mode):
     class Named(MockLLM):
         @property
