@@ -23,7 +23,7 @@ import numpy as np
 
 from . import images as image_io
 from . import schema
-from .encoders import same_encoders
+from .encoders import encoder_differences, same_encoders
 from .encoders.bm25 import Sparse
 from .errors import VMemInputError
 from .lifecycle import check_id
@@ -153,8 +153,9 @@ def check_encoders(archive: Archive, manifest: Dict[str, Any]) -> None:
     """Refuse an import whose encoders (the store ``manifest`` they make) are not the archive's:
     its vectors would rank as noise against theirs."""
     if not same_encoders(archive.document["encoders"], manifest):
-        raise VMemInputError(f"archive {archive.path}", f"was encoded with {archive.document['encoders']}; this import asks "
-                                                        f"for {manifest}: pass the encoders (and region_tiles) it was made with")
+        raise VMemInputError(f"archive {archive.path}", f"was encoded with other encoders "
+                                                        f"({encoder_differences(archive.document['encoders'], manifest)}): "
+                                                        "pass those it was made with")
 
 
 def import_memory(index: "VMemIndex", archive: Archive) -> int:

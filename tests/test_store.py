@@ -68,6 +68,14 @@ def test_reopen_with_another_image_encoder_is_refused(tmp_path, minilm, tiny_sig
         alice.close()
 
 
+def test_a_refused_reopen_says_which_setting_differs(tmp_path, minilm, tiny_siglip):
+    """Before, the refusal printed both manifests whole; now it names the setting to pass."""
+    VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip, region_tiles=True).close()
+    with pytest.raises(ValueError, match=r"built with other encoders \(region_tiles: built with True, asked for False\): open it"):
+        VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip)
+    VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip, region_tiles=True).close()
+
+
 def test_the_packaged_encoder_installed_elsewhere_opens_the_store_and_its_archive(tmp_path, minilm, tiny_siglip, photos):
     """The same MiniLM package in another environment (another venv, Python or machine) is the same
     encoder: the store and its archive open there. A store whose manifest recorded the full
@@ -107,7 +115,7 @@ def test_server_refuses_a_memory_with_other_encoders_of_the_same_dimension(tmp_p
     try:
         other_text = MockEmbedding(embed_dim=len(minilm.get_text_embedding("x")))
         for kwargs in (dict(embed_model=other_text), dict(embed_model=minilm, region_tiles=True)):
-            with pytest.raises(ValueError, match="was built with .*; this memory asks for"):
+            with pytest.raises(ValueError, match="was built with other encoders .*(text_encoder|region_tiles): built with"):
                 VMemIndex.from_defaults(client=client, memory_id="bob", path=tmp_path / "b", image_encoder=tiny_siglip, **kwargs)
         for c in Collection:  # collections made before the manifest was recorded adopt the next opener's
             client.update_collection(f"vmem_{c.value}", metadata={MANIFEST_KEY: None})

@@ -13,7 +13,7 @@ from .bm25 import Bm25Encoder, Sparse
 from .text import default_text_embedding
 
 __all__ = ["Bm25Encoder", "Sparse", "EfficientNetImageEncoder", "SiglipImageEncoder", "default_text_embedding", "encoder_id",
-           "same_encoders"]
+           "encoder_differences", "same_encoders"]
 
 #: Where an installed package's files live, up to the package itself.
 _INSTALLED = re.compile(r"^.*[/\\](?:site|dist)-packages[/\\]")
@@ -32,6 +32,14 @@ def same_encoders(stored: Dict[str, Any], wanted: Dict[str, Any]) -> bool:
     """Whether a recorded manifest names the encoders ``wanted`` names; one recorded before names
     were portable (a full site-packages path) still matches."""
     return _portable_values(stored) == _portable_values(wanted)
+
+
+def encoder_differences(stored: Dict[str, Any], wanted: Dict[str, Any]) -> str:
+    """How ``wanted`` differs from a recorded manifest, key by key (``region_tiles: built with True,
+    asked for False``), so a refusal says what to pass rather than printing two manifests."""
+    old, new = _portable_values(stored), _portable_values(wanted)
+    return "; ".join(f"{key}: built with {old.get(key)!r}, asked for {new.get(key)!r}"
+                     for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key))
 
 
 def _portable(name: str) -> str:

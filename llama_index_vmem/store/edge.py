@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import qdrant_edge as qe
 
 from .. import schema
-from ..encoders import same_encoders
+from ..encoders import encoder_differences, same_encoders
 from ..encoders.bm25 import Sparse
 from ..images import write_atomically
 from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
@@ -56,9 +56,8 @@ class EdgeLaneStore(LaneStore):
                     raise ValueError(f"store at {self.path}: {MANIFEST} cannot be read ({e}); restore it from a backup") from None
                 sizes = stored.pop(SIZES_KEY, None)
                 if not same_encoders(stored, manifest):
-                    raise ValueError(
-                        f"store at {self.path} was built with {stored}; this memory asks for {manifest}"
-                    )
+                    raise ValueError(f"store at {self.path} was built with other encoders ({encoder_differences(stored, manifest)}): "
+                                     "open it with those it was built with")
                 if sizes is not None and sizes != _sizes(dims):  # one model name, another size (dimensions=, truncate_dim)
                     raise ValueError(f"store at {self.path} holds vectors of sizes {sizes}; this memory's encoders make {_sizes(dims)}")
                 if not self._shards:

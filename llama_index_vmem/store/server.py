@@ -15,7 +15,7 @@ from qdrant_client.local.qdrant_local import QdrantLocal
 from qdrant_client.qdrant_remote import QdrantRemote
 
 from .. import schema
-from ..encoders import same_encoders
+from ..encoders import encoder_differences, same_encoders
 from ..encoders.bm25 import Sparse
 from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
@@ -80,7 +80,8 @@ class ServerLaneStore(LaneStore):
         if stored is None:
             self.client.update_collection(name, metadata={MANIFEST_KEY: manifest})
         elif not same_encoders(stored, manifest):
-            raise ValueError(f"collection {name} was built with {stored}; this memory asks for {manifest}")
+            raise ValueError(f"collection {name} was built with other encoders ({encoder_differences(stored, manifest)}): "
+                             "open it with those it was built with")
 
     def upsert(self, collection: Collection, points: Sequence[PointData]) -> None:
         """In requests of ``batch_size`` points, each applied before the next is sent: a large
