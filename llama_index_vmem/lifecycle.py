@@ -5,12 +5,14 @@ Qdrant has no transaction across collections, so ``forget`` snapshots the points
 including moving its image files aside. Files go first, then units, then the relinks, and round
 records last: a process killed mid-forget leaves each round it did not finish listed (perhaps
 without its units or pictures, never units without their round, which would crowd searches and
-could be reached no more), so the same forget run again finishes it, and the files it had moved
-aside are swept when the memory is next opened.
+could be reached no more). Before it moves anything, a forget writes which rounds it forgets in
+the folder its files go to, so the memory's next open (or, on a server, its next forget) finishes
+it: a killed forget is never left half done, sending forgotten words to the model meanwhile.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -26,6 +28,7 @@ from llama_index.core.schema import TextNode
 
 from . import schema
 from .errors import VMemInputError
+from .images import write_atomically
 from .node_parser import optional_str
 from .store import Collection, Hit, PointData, Scope
 from .store.base import MAX_LIMIT
@@ -41,6 +44,8 @@ TimeLike = Union[str, date, datetime]
 Relink = Tuple[PointData, PointData]
 #: Folder, inside a memory's image folder, where ``forget`` moves files before deleting them.
 TRASH_PREFIX = ".forgetting-"
+#: The file in that folder naming the rounds the forget removes (``round_keys``; null: everything).
+JOURNAL = "forgetting.json"
 #: A year as written: four digits on their own, or leading a compact ISO date ("20240617",
 #: "20240617T1015", "202406171015"); two-digit years ("240617") do not name one.
 _YEAR = re.compile(r"(?<!\d)\d{4}(?:\d{4}(?:\d{4}(?:\d{2})?)?)?(?!\d)")
@@ -136,7 +141,14 @@ def forget(index: "VMemIndex", selection: Selection) -> int:
     files = _own_files(index) if selection.is_everything else unshared_images(index, snapshot[Collection.IMAGE])
     files += [index.delivered_dir, index.attached_dir]
     trash = index.image_dir / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
-    moved = _move_aside(files, trash)
+    keys = None if selection.is_everything else [h.payload[schema.ROUND_KEY] for h in rounds]
+    trash.mkdir(parents=True)
+    write_atomically(trash / JOURNAL, lambda tmp: tmp.write_text(json.dumps({"round_keys": keys})), durable=True)
+    try:
+        moved = _move_aside(files, trash)
+    except BaseException:
+        (trash / JOURNAL).unlink(missing_ok=True)
+        raise
     try:
         for collection in (Collection.TEXT, Collection.IMAGE):
             store.delete(collection, scope)
@@ -145,6 +157,7 @@ def forget(index: "VMemIndex", selection: Selection) -> int:
     except BaseException:
         _restore(store, snapshot, relinked)
         _put_back(moved, trash)
+        (trash / JOURNAL).unlink(missing_ok=True)  # undone: nothing to finish
         raise
     shutil.rmtree(trash, ignore_errors=True)
     logger.info("memory %s: forgot %d rounds", index.memory_id, len(snapshot[Collection.ROUNDS]))
@@ -177,11 +190,25 @@ def _put_back(moved: List[Path], trash: Path) -> None:
 
 
 def sweep_trash(index: "VMemIndex") -> None:
-    """Files a killed ``forget`` had moved aside: they were being forgotten, so they go, and running
-    that forget again removes whatever of their rounds it had not. Run by the next forget, and on
-    opening a memory of a store no other process reaches."""
+    """Finish what a killed ``forget`` began: the files it had moved aside go, and so do the rounds
+    its journal names. Run by the next forget, and on opening a memory of a store no other process
+    reaches (the caller holds the memory's write lock)."""
     for trash in index.image_dir.glob(f"{TRASH_PREFIX}*"):
+        unfinished = _journal(trash)
         shutil.rmtree(trash, ignore_errors=True)
+        if unfinished is not None:
+            logger.warning("memory %s: finishing a forget that was stopped part-way", index.memory_id)
+            forget(index, unfinished)
+
+
+def _journal(trash: Path) -> Optional[Selection]:
+    """The rounds a stopped forget meant to remove; None without a journal (one that never began
+    moving, or was undone). Written whole or not at all, so it reads."""
+    try:
+        keys = json.loads((trash / JOURNAL).read_text())["round_keys"]
+    except FileNotFoundError:
+        return None
+    return Selection() if keys is None else Selection(round_keys=keys)
 
 
 def _restore(store: "LaneStore", snapshot: Dict[Collection, List[PointData]], relinked: List["Relink"]) -> None:
