@@ -302,6 +302,22 @@ def write_atomically(target: Path, write: Callable[[Path], None], durable: bool 
         tmp.unlink(missing_ok=True)
 
 
+#: Age past which a temporary file is a killed write's: a live write's is seconds old.
+STALE_TEMPORARY_S = 3600.0
+
+
+def sweep_temporary(folder: Path) -> None:
+    """Remove the temporary files ``write_atomically`` left in ``folder`` (and below) when killed
+    before its rename. Only stale ones go, so a write in flight in any process keeps its own."""
+    cutoff = time.time() - STALE_TEMPORARY_S
+    for tmp in folder.rglob("*.tmp"):
+        try:
+            if tmp.stat().st_mtime < cutoff:
+                tmp.unlink()
+        except FileNotFoundError:  # its writer renamed or removed it meanwhile
+            pass
+
+
 def _sync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -165,6 +165,7 @@ class VMemIndex:
                 with _write_lock(store, memory_id):
                     self._sweep_unfinished(self._last_seq())
                     lifecycle.sweep_trash(self)
+            image_io.sweep_temporary(self.image_dir)  # stale ones only: safe beside any process's writes
             _count_handle(store, memory_id, +1)
         except BaseException:
             if isinstance(memory_id, str):  # a lock the failed open's sweep took goes with it

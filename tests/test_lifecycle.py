@@ -633,6 +633,28 @@ def test_files_a_killed_forget_moved_aside_are_swept_on_open(open_memory, photos
     assert not aside.exists() and len(again) == 1
 
 
+def test_temporary_files_of_killed_writes_are_swept_on_open_and_live_ones_kept(open_memory, photos):
+    """A write killed before its rename left ``<name>.<uuid>.tmp`` for good; a stale one now goes
+    when the memory opens (on a server too), while one young enough to be a write in flight stays."""
+    import os
+    import time
+
+    index = open_memory()
+    index.add_rounds(_conversation(photos)[:1])
+    before = _layout(index)
+    (index.image_dir / "delivered").mkdir(exist_ok=True)
+    stale = [index.image_dir / "ab12.png.0f.tmp", index.image_dir / "delivered" / "cd34.png.1e.tmp"]
+    live = index.image_dir / "ef56.png.2d.tmp"
+    for path in (*stale, live):
+        path.write_bytes(b"half a picture")
+    for path in stale:
+        os.utime(path, (time.time() - 2 * 3600,) * 2)
+    reopened = open_memory()
+    assert not any(path.exists() for path in stale) and live.exists()
+    live.unlink()
+    assert _layout(reopened) == before
+
+
 def test_pictures_of_an_add_killed_before_its_round_record_are_swept_on_open(open_memory, photos):
     """An add killed after its pictures and units were written, before its round records: the open
     that drops the roundless units drops the pictures only they recorded, which nothing could list,
