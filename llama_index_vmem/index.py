@@ -104,7 +104,7 @@ def _check_options(kwargs: Mapping[str, Any], accepted: Mapping[str, Iterable[st
 
 
 def _count_handle(store: LaneStore, memory_id: str, change: int) -> None:
-    """Count a handle of a stored memory opened (+1) or closed (-1); 0 after a failed open."""
+    """Count a handle of a stored memory opening (+1) or closed (-1)."""
     key = (store.identity, memory_id)
     with _write_locks_guard:
         left = _open_handles.pop(key, 0) + change
@@ -139,8 +139,11 @@ class VMemIndex:
         region_tiles: bool = False,
     ) -> None:
         self._closed = False
+        counted = False
         try:
             _check_memory_id(memory_id)
+            _count_handle(store, memory_id, +1)  # before the open's sweep takes the lock: a close meanwhile keeps it
+            counted = True
             self._store = store
             self.memory_id = memory_id
             self.embed_model = embed_model
@@ -166,10 +169,9 @@ class VMemIndex:
                     self._sweep_unfinished(self._last_seq())
                     lifecycle.sweep_trash(self)
             image_io.sweep_temporary(self.image_dir)  # stale ones only: safe beside any process's writes
-            _count_handle(store, memory_id, +1)
         except BaseException:
-            if isinstance(memory_id, str):  # a lock the failed open's sweep took goes with it
-                _count_handle(store, memory_id, 0)
+            if counted:
+                _count_handle(store, memory_id, -1)
             store.close()  # a memory that fails to open (refused, bad id, a failed sweep) must not hold the shared store open
             raise
 

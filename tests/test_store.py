@@ -332,6 +332,49 @@ def test_a_store_being_made_by_another_handle_is_not_made_afresh_under_it(tmp_pa
         first.close()
 
 
+def test_a_memory_closed_while_another_handle_opens_keeps_the_lock_that_open_holds(tmp_path, minilm, tiny_siglip, monkeypatch):
+    """An open sweeps under the memory's write lock: were the lock dropped with the last open handle
+    meanwhile, a third handle would take a new one, add a round, and the sweep (reading the last
+    round before that add) would delete the round's units."""
+    import threading
+
+    from llama_index_vmem import index as index_module
+
+    def open_():
+        return VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip)
+
+    first = open_()
+    first.add_round(user="first", assistant="ok", session_id="D1")
+    sweeping, go, sweep = threading.Event(), threading.Event(), VMemIndex._sweep_unfinished
+
+    def slow_sweep(self, last):
+        if threading.current_thread().name == "opener":
+            sweeping.set()
+            go.wait(30)  # a big store on a slow disk
+        return sweep(self, last)
+
+    monkeypatch.setattr(VMemIndex, "_sweep_unfinished", slow_sweep)
+    opened = {}
+    opener = threading.Thread(target=lambda: opened.setdefault("second", open_()), name="opener")
+    opener.start()
+    assert sweeping.wait(30)
+    key = (first.store.identity, "default")
+    held = index_module._write_locks[key]
+    first.close()
+    assert index_module._write_locks.get(key) is held
+    third = threading.Thread(target=lambda: opened.setdefault("third", open_()))
+    third.start()
+    third.join(1)
+    assert third.is_alive(), "the third open waits for the sweep in progress"
+    go.set()
+    for thread in (opener, third):
+        thread.join(30)
+    opened["third"].add_round(user="my PIN is 4711", assistant="noted", session_id="D1")
+    assert len(opened["second"].store.points(Collection.TEXT, opened["second"].scope())) == 4
+    for index in opened.values():
+        index.close()
+
+
 def test_only_a_store_no_other_process_reaches_is_exclusive(tmp_path):
     """What opening a memory may clear depends on it (see ``LaneStore.exclusive``)."""
     from llama_index_vmem.store.edge import open_edge_store
