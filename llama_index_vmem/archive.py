@@ -10,7 +10,6 @@ keep as given) is refused whole, naming the point, before anything is written.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import zipfile
@@ -94,7 +93,7 @@ def _image_files(index: "VMemIndex", points: List[PointData]) -> Dict[str, Path]
         item = f"memory {index.memory_id} image {p.payload.get(schema.IMAGE_ID)!r}"
         if not source.is_file():
             raise VMemInputError(item, f"has no file at {source}; it cannot be exported")
-        if source.name not in files and hashlib.sha256(source.read_bytes()).hexdigest() != source.stem:
+        if source.name not in files and not image_io.intact(source):
             raise VMemInputError(item, f"file {source} no longer holds the picture stored under its name (changed or "
                                        "cut short since), and import would refuse the archive: add the picture again "
                                        "to mend it, or forget its round")

@@ -257,18 +257,19 @@ def validate(item: str, data: bytes) -> LoadedImage:
 
 
 def save(image: LoadedImage, directory: Path) -> Path:
-    """Write once by content hash; the same pixels shared twice are one file. A file of another
-    size under the name (cut short, overwritten) is written again: adding the picture again mends it."""
+    """Write once by content hash; the same pixels shared twice are one file. A file under the name
+    that no longer holds them (cut short, overwritten, bit rot) is written again: adding the picture
+    again mends it."""
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / image.file_name
-    if not holds(target, image):
+    if not intact(target):
         write_atomically(target, lambda tmp: tmp.write_bytes(image.data))
     return target
 
 
 def save_each(images: Iterable[LoadedImage], directory: Path, created: List[Path]) -> None:
     """``save`` each image, adding to ``created`` the files that were not there before, as they are
-    written: a write that fails part-way removes those, and no file another round holds."""
+    written: the caller's rollback of a failed write removes those, and no file another round holds."""
     for image in images:
         target = directory / image.file_name
         existed = target.exists()
@@ -277,10 +278,11 @@ def save_each(images: Iterable[LoadedImage], directory: Path, created: List[Path
             created.append(target)
 
 
-def holds(path: Path, image: LoadedImage) -> bool:
-    """Whether ``path`` is a file of ``image``'s size: the name vouches for the rest, and a stat is cheap."""
+def intact(path: Path) -> bool:
+    """Whether a saved picture's file holds the bytes its name (``LoadedImage.file_name``) vouches for:
+    read only where the file is there, so a new picture costs no read."""
     try:
-        return path.stat().st_size == len(image.data)
+        return hashlib.sha256(path.read_bytes()).hexdigest() == path.stem
     except FileNotFoundError:
         return False
 

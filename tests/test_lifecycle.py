@@ -492,14 +492,17 @@ def test_export_of_a_memory_missing_an_image_file_is_refused_up_front(open_memor
     assert not list(tmp_path.glob("m.zip*")), "no partial archive is left"
 
 
-def test_a_damaged_picture_is_named_at_export_and_mended_by_adding_it_again(open_memory, photos, tmp_path, minilm, tiny_siglip):
+@pytest.mark.parametrize("damage", [lambda data: data[:100], lambda data: bytes(255 - b for b in data[:64]) + data[64:]],
+                         ids=["cut_short", "same_size"])
+def test_a_damaged_picture_is_named_at_export_and_mended_by_adding_it_again(open_memory, photos, tmp_path, minilm, tiny_siglip,
+                                                                          damage):
     """A picture file changed since it was stored would make import refuse the whole archive, so
     export says so when the backup is made, not when it is restored; storing the same pixels
     again writes the file anew."""
     index = open_memory()
     index.add_rounds(_conversation(photos)[:1])
     picture = Path(next(u.image_path for u in index.rounds()[0].units if getattr(u, "image_path", None)))
-    picture.write_bytes(picture.read_bytes()[:100])
+    picture.write_bytes(damage(picture.read_bytes()))
     with pytest.raises(VMemInputError, match="D1:IMG_1") as refused:
         index.export_archive(tmp_path / "m.zip")
     assert str(picture) in str(refused.value) and "add the picture again" in str(refused.value)
