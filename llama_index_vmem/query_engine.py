@@ -25,7 +25,8 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
 from .anchors import as_llm
 from . import schema
-from .delivery import ContentBlock, Deliverer, DeliveryMode, ImageBudget, block_groups, content_tokens, default_mode, fit, head, messages_tokens, prompt_messages
+from .delivery import (ContentBlock, Deliverer, DeliveryMode, ImageBudget, block_groups, content_tokens, default_mode, fit, head,
+                       join_blocks, messages_tokens, prompt_messages, split_blocks)
 from .messages import local_query
 from .postprocessor import NeighborRoundPostprocessor
 from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, IMAGE_NOTE_PROMPT, check_prompt
@@ -137,12 +138,11 @@ class VMemQueryEngine(BaseQueryEngine):
         nodes = fit(nodes, budget, self.deliverer.mode is DeliveryMode.PIXELS)
         context = self.deliverer.deliver(nodes, query_bundle)
         if content_tokens(context) > budget:
-            context = head(context, budget)
-        if not context and nodes:  # no line of any block fits: nothing of the memory reaches the model
-            logger.warning("the answer prompt leaves no room for memory in %s's %d-token window (less %d for the "
-                           "answer): it is sent without context", self.llm.metadata.model_name,
-                           self.llm.metadata.context_window, REPLY_TOKENS)
-            nodes = []
+            context, nodes = _cut(context, nodes, budget)
+            if not nodes:
+                logger.warning("the answer prompt leaves no room for memory in %s's %d-token window (less %d for the "
+                               "answer): it is sent without context", self.llm.metadata.model_name,
+                               self.llm.metadata.context_window, REPLY_TOKENS)
         return prompt_messages(prompt, context + note, self.llm, question=query_bundle.query_str), nodes
 
     def _image_note(self, query_bundle: QueryBundle, result: RetrievalResult) -> str:
@@ -201,6 +201,20 @@ class VMemQueryEngine(BaseQueryEngine):
                 response = _response(request, await self.llm.achat(request.messages))
             event.on_end(payload={EventPayload.RESPONSE: response})
         return response
+
+
+def _cut(context: List[ContentBlock], nodes: List[NodeWithScore], budget: int) -> Tuple[List[ContentBlock], List[NodeWithScore]]:
+    """The start of ``context`` within ``budget`` tokens, less a last block of which only its header
+    would go, and the nodes of the blocks sent: the answer's sources are what the model saw."""
+    parts = split_blocks(head(context, budget))
+    while parts and _header_only(parts[-1]):
+        parts.pop()
+    return join_blocks(parts), [n for group in block_groups(nodes)[:len(parts)] for n in group]
+
+
+def _header_only(part: List[ContentBlock]) -> bool:
+    lines = [line for b in part if isinstance(b, TextBlock) for line in b.text.splitlines() if line.strip()]
+    return len(lines) <= 1 and all(isinstance(b, TextBlock) for b in part)
 
 
 def _response(request: AnswerRequest, reply: ChatResponse) -> Response:

@@ -208,15 +208,24 @@ def test_the_prompt_fits_the_models_window_leaving_out_the_least_relevant_blocks
 
 
 def test_a_window_with_no_room_for_memory_sends_none_and_names_no_source(make_index, scripted_llm, caplog):
-    """Before, the best block was kept as the answer's source though not a line of it was sent."""
+    """Before, the best block was kept as the answer's source though not a line of it was sent, or
+    only its header ``[session D7, round D7:1]`` was (the round's text being one long line)."""
     index = _long_days(make_index)
-    tiny = _window_llm(scripted_llm, 400)
-    with caplog.at_level("WARNING", logger="llama_index_vmem.query_engine"):
-        answer = index.as_query_engine(llm=tiny).query("What did my cat chase?")
-    [sent] = tiny.chats[-1]
-    assert "[session " not in sent.content and "QUESTION: What did my cat chase?" in sent.content
-    assert answer.source_nodes == []
-    assert "leaves no room for memory in scripted's 400-token window" in caplog.text
+    sent_blocks = set()
+    for window in range(400, 900, 50):
+        tiny = _window_llm(scripted_llm, window)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="llama_index_vmem.query_engine"):
+            answer = index.as_query_engine(llm=tiny).query("What did my cat chase?")
+        [sent] = tiny.chats[-1]
+        context = sent.content.split("QUESTION: What did my cat chase?")[0]
+        headers = re.findall(r"^\[session [^\]]*\]$", context, re.MULTILINE)
+        assert len(answer.source_nodes) == len(headers), window
+        sent_blocks.add(len(headers))
+        for header in headers:  # every block sent brings more than its header
+            assert context.split(header, 1)[1].strip().split("\n")[0].startswith("User:"), window
+        assert ("leaves no room for memory in scripted's" in caplog.text) == (not headers), window
+    assert sent_blocks == {0, 1}, "windows from none to one block's worth"
 
 
 def test_conflict_question_gets_the_conflict_prompt(make_index, photos, scripted_llm):
