@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from llama_index.core.base.llms.types import ChatMessage, ImageBlock, MessageRole, TextBlock
 from llama_index.core.indices.query.query_transform.base import BaseQueryTransform
 from llama_index.core.llms import LLM
-from llama_index.core.llms.utils import resolve_llm
+from llama_index.core.llms.utils import LLMType
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import QueryBundle
@@ -33,19 +33,9 @@ from pydantic import PrivateAttr
 
 from .errors import VMemInputError
 from .images import is_url
+from .models import as_llm
 from .prompts import ENRICHED_ANCHOR_PROMPT, HYPO_CAPTION_PROMPT, check_prompt
 from .schema import is_utf8, visible
-
-
-def as_llm(llm: Any) -> Optional[LLM]:
-    """An ``llm=`` argument read as LlamaIndex reads one (an ``LLM``; ``"default"``, ``"local:<path>"``
-    or a LangChain model through ``resolve_llm``), None for none. Anything else is refused here, by
-    name, rather than by the first question that needs the LLM."""
-    if llm is None or isinstance(llm, LLM):
-        return llm
-    if isinstance(llm, str) or type(llm).__module__.split(".")[0].startswith("langchain"):
-        return resolve_llm(llm)
-    raise VMemInputError("llm", f"must be a LlamaIndex LLM, got {type(llm).__name__}")
 
 
 class _CachedAnchorTransform(BaseQueryTransform):
@@ -57,7 +47,7 @@ class _CachedAnchorTransform(BaseQueryTransform):
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     prompt_key: str = "prompt"
 
-    def __init__(self, llm: LLM, prompt: Optional[BasePromptTemplate] = None) -> None:
+    def __init__(self, llm: LLMType, prompt: Optional[BasePromptTemplate] = None) -> None:
         super().__init__()
         self._llm = as_llm(llm)
         if self._llm is None:
@@ -118,7 +108,7 @@ class EnrichedAnchorTransform(_CachedAnchorTransform):
 
     prompt_key = "enriched_anchor_prompt"
 
-    def __init__(self, llm: LLM, prompt: Optional[BasePromptTemplate] = None, max_keywords: int = 8) -> None:
+    def __init__(self, llm: LLMType, prompt: Optional[BasePromptTemplate] = None, max_keywords: int = 8) -> None:
         super().__init__(llm, prompt)
         self.max_keywords = max_keywords
 

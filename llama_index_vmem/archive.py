@@ -174,9 +174,9 @@ def import_memory(index: "VMemIndex", archive: Archive) -> int:
         for c in (Collection.TEXT, Collection.IMAGE):
             index.store.upsert(c, rehomed[c])
         image_io.save_each(archive.images.values(), index.image_dir, written)
-        # In conversation order, as an add writes them: an import killed part-way (a server takes
-        # them in batches) leaves whole rounds from the first on, and the next add or open sweeps
-        # the units past the last, as it sweeps a killed add's.
+        # In conversation order, as an add writes them: an import killed part-way (a Qdrant client
+        # takes them in batches) leaves whole rounds from the first on, and the units past the last
+        # go as a killed add's do: at the next add, or at the next open where no other process reaches.
         index.store.upsert(Collection.ROUNDS, sorted(rehomed[Collection.ROUNDS], key=lambda p: p.payload[schema.SEQ]))
     except BaseException:
         for c in (Collection.ROUNDS, Collection.IMAGE, Collection.TEXT):

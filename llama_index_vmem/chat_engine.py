@@ -34,6 +34,7 @@ from llama_index.core.chat_engine.types import (
     StreamingAgentChatResponse,
 )
 from llama_index.core.llms import LLM
+from llama_index.core.llms.utils import LLMType
 from llama_index.core.memory import BaseMemory, Memory
 from llama_index.core.types import Thread
 
@@ -83,7 +84,7 @@ class VMemChatEngine(BaseChatEngine):
     def from_defaults(
         cls,
         index: VMemIndex,
-        llm: LLM | None = None,
+        llm: LLMType | None = None,
         memory: BaseMemory | None = None,
         chat_history: list[ChatMessage] | None = None,
         system_prompt: str | None = None,
@@ -154,13 +155,19 @@ class VMemChatEngine(BaseChatEngine):
         return ChatMessage(role=MessageRole.USER,
                            content="\n".join(text for role, text in spans if role != schema.Role.ASSISTANT.value and text))
 
-    async def _aremember(self, pending: RoundInput, answer: str, *replies: ChatMessage) -> None:
-        """``_remember``, then the user's turn (and ``replies``) into the chat history, as one step:
-        a cancellation meanwhile (a timeout, a closing event loop) waits for both and goes on after,
-        so the memory never holds a turn the history lacks (the round's write, once begun, ends anyway)."""
+    async def _aremember(self, pending: RoundInput, answer: str, streamed: bool) -> None:
+        """``_remember``, then the exchange into the chat history, as one step: a cancellation
+        meanwhile (a timeout, a closing event loop) waits for both and goes on after, so the history
+        gets the turn the memory got (the round's write, once begun, ends anyway). A ``streamed``
+        reply is LlamaIndex's to put after the user's turn, unless the turn is cancelled while the
+        round is written: its writer then stops, so the reply is put here.
+
+        The round is written by ``run_in_executor``, not ``asyncio.to_thread``: a closing event loop
+        cancels every task, and a cancelled task would stop waiting for a thread that writes on."""
         work = functools.partial(contextvars.copy_context().run, self._remember, pending, answer)
         said, stopped = await _through_cancellation(asyncio.get_running_loop().run_in_executor(None, work))
-        _, stopped_too = await _through_cancellation(asyncio.ensure_future(self._memory.aput_messages([said, *replies])))
+        exchange = [said] + ([ChatMessage(role=MessageRole.ASSISTANT, content=answer)] if stopped or not streamed else [])
+        _, stopped_too = await _through_cancellation(asyncio.ensure_future(self._memory.aput_messages(exchange)))
         if stopped or stopped_too:
             raise asyncio.CancelledError
 
@@ -196,7 +203,7 @@ class VMemChatEngine(BaseChatEngine):
             await self._memory.aset(chat_history)
         request, llm_input = await asyncio.to_thread(self._prepare, user, pending, await self._memory.aget(input=_asked(user)))
         answer = ((await self._llm.achat(llm_input)).message.content or "").strip()
-        await self._aremember(pending, answer, ChatMessage(role=MessageRole.ASSISTANT, content=answer))
+        await self._aremember(pending, answer, streamed=False)
         return AgentChatResponse(response=answer, source_nodes=request.nodes, metadata=request.metadata)
 
     @trace_method("chat")
@@ -250,7 +257,7 @@ class VMemChatEngine(BaseChatEngine):
             async for chunk in stream:
                 answer += chunk.delta or ""
                 yield chunk
-            await self._aremember(pending, answer.strip())  # LlamaIndex puts the reply after it
+            await self._aremember(pending, answer.strip(), streamed=True)
 
         response = StreamingAgentChatResponse(achat_stream=remembered(), source_nodes=request.nodes)
         response.awrite_response_to_history_task = asyncio.create_task(response.awrite_response_to_history(self._memory))

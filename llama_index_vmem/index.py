@@ -21,22 +21,20 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Hashable, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from llama_index.core import Settings
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.embeddings.multi_modal_base import MultiModalEmbedding
-from llama_index.core.embeddings.utils import resolve_embed_model
-from llama_index.core.llms import LLM
+from llama_index.core.embeddings.utils import EmbedType
+from llama_index.core.llms.utils import LLMType
 from llama_index.core.schema import ImageNode, NodeRelationship, RelatedNodeInfo, TextNode
 from tqdm.auto import tqdm
 
-from . import archive, lifecycle, neighbours
+from . import archive, lifecycle, models, neighbours
 from . import images as image_io
 from . import schema
 from .config import VMemConfig
-from .encoders import Bm25Encoder, EfficientNetImageEncoder, default_text_embedding, encoder_id
+from .encoders import Bm25Encoder, encoder_id
 from .encoders.text import padded_batches, token_lengths
-from .anchors import as_llm
 from .errors import VMemInputError
 from .lifecycle import Selection, StoredRound, TimeLike
 from .node_parser import (ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_text, checked_round, default_round_key,
@@ -131,7 +129,7 @@ class VMemIndex:
         embed_model: BaseEmbedding,
         image_encoder: MultiModalEmbedding,
         image_dir: Path,
-        llm: Optional[LLM] = None,
+        llm: Optional[LLMType] = None,
         config: Optional[VMemConfig] = None,
         transcriber: Optional[Transcriber] = None,
         show_progress: bool = False,
@@ -148,7 +146,7 @@ class VMemIndex:
             self.memory_id = memory_id
             self.embed_model = embed_model
             self.image_encoder = image_encoder
-            self.llm = as_llm(llm)
+            self.llm = models.as_llm(llm)
             self.config = config or VMemConfig()
             self.show_progress = show_progress
             self.region_tiles = region_tiles
@@ -194,9 +192,9 @@ class VMemIndex:
         path: Optional[Union[str, Path]] = None,
         url: Optional[str] = None,
         memory_id: str = "default",
-        embed_model: Optional[BaseEmbedding] = None,
+        embed_model: Optional[EmbedType] = None,
         image_encoder: Optional[MultiModalEmbedding] = None,
-        llm: Optional[LLM] = None,
+        llm: Optional[LLMType] = None,
         config: Optional[VMemConfig] = None,
         *,
         client: Any = None,
@@ -218,7 +216,7 @@ class VMemIndex:
         encodings per image; fixed when the store is created).
         """
         _check_memory_id(memory_id)
-        embed_model, image_encoder = _encoders(embed_model, image_encoder)  # before the store: a failure here holds nothing open
+        embed_model, image_encoder = models.encoders(embed_model, image_encoder)  # before the store: a failure here holds nothing open
         tmp = None
         if client is not None or url is not None:
             owns_client = client is None
@@ -609,7 +607,7 @@ class VMemIndex:
         tiles = data.document["encoders"].get("region_tiles")
         if isinstance(tiles, bool):
             store_kwargs.setdefault("region_tiles", tiles)
-        store_kwargs["embed_model"], store_kwargs["image_encoder"] = _encoders(store_kwargs.get("embed_model"), store_kwargs.get("image_encoder"))
+        store_kwargs["embed_model"], store_kwargs["image_encoder"] = models.encoders(store_kwargs.get("embed_model"), store_kwargs.get("image_encoder"))
         archive.check_encoders(data, _manifest(store_kwargs["embed_model"], store_kwargs["image_encoder"],
                                                store_kwargs.get("region_tiles", False)))
         index = cls.from_defaults(memory_id=data.memory_id if memory_id is None else memory_id, **store_kwargs)
@@ -644,21 +642,21 @@ class VMemIndex:
         kwargs.setdefault("llm", self.llm)
         return VMemRetriever(self, config=self.config.override(**overrides), **kwargs)
 
-    def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> "VMemQueryEngine":
+    def as_query_engine(self, llm: Optional[LLMType] = None, **kwargs: Any) -> "VMemQueryEngine":
         """Answers with ``llm``, else this index's, else ``Settings.llm`` (as stock engines do); the
         same LLM writes the retriever's anchors."""
         from .delivery import DeliveryMode
         from .query_engine import VMemQueryEngine
 
         _check_options(kwargs, {"the query engine": _engine_options(), "its retriever": _retriever_options()})
-        llm = as_llm(llm) or self.llm or _settings_llm()
+        llm = models.as_llm(llm) or self.llm or models.settings_llm()
         engine_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in _engine_options()}
         delivery = engine_kwargs.get("delivery")
         if delivery is not None and delivery not in tuple(DeliveryMode):  # the engine's enum lookup names no option
             raise VMemInputError("delivery", f"must be one of {', '.join(m.value for m in DeliveryMode)}, got {delivery!r}")
         return VMemQueryEngine(retriever=self.as_retriever(llm=llm, **kwargs), llm=llm, **engine_kwargs)
 
-    def as_chat_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> "VMemChatEngine":
+    def as_chat_engine(self, llm: Optional[LLMType] = None, **kwargs: Any) -> "VMemChatEngine":
         """Chat that retrieves with the user's text and attached image and appends each exchange as a
         round; ``memory``, ``chat_history``, ``system_prompt``, ``session_id`` go to the chat engine,
         the rest to ``as_query_engine``."""
@@ -695,14 +693,6 @@ class VMemIndex:
         self.close()
 
 
-def _settings_llm() -> LLM:
-    """LlamaIndex's global LLM; unset, LlamaIndex reaches for OpenAI, so say what is missing."""
-    try:
-        return Settings.llm
-    except (ImportError, ValueError) as e:
-        raise ValueError(f"a query or chat engine needs an LLM: pass llm=, or set Settings.llm ({e})") from None
-
-
 #: The most characters a memory id may hold: a tenant key (a user id, an email, a uuid), which every
 #: point of the memory carries, so a batch of points stays far inside a server's request limit.
 MAX_MEMORY_ID_CHARS = 1024
@@ -715,17 +705,6 @@ def _check_memory_id(memory_id: Any) -> None:
         raise VMemInputError("memory_id", f"is {len(memory_id)} characters, over the {MAX_MEMORY_ID_CHARS} limit")
     if not schema.visible(memory_id):  # a blank or invisible id opens a memory no one can tell from another
         raise VMemInputError("memory_id", "must have a visible character")
-
-
-def _encoders(embed_model: Optional[BaseEmbedding], image_encoder: Optional[MultiModalEmbedding]) -> Tuple[BaseEmbedding, MultiModalEmbedding]:
-    """The encoders given (a text model also as LlamaIndex names one: ``"local:<model>"``), or the
-    packaged defaults (MiniLM, EfficientNet-Lite0) in their place; anything else is refused by name."""
-    text = resolve_embed_model(embed_model) if isinstance(embed_model, str) else embed_model or default_text_embedding()
-    image = image_encoder or EfficientNetImageEncoder()
-    for item, model, kind in (("embed_model", text, BaseEmbedding), ("image_encoder", image, MultiModalEmbedding)):
-        if not isinstance(model, kind):
-            raise VMemInputError(item, f"must be a LlamaIndex {kind.__name__}, got {type(model).__name__}")
-    return text, image
 
 
 def _manifest(embed_model: BaseEmbedding, image_encoder: MultiModalEmbedding, region_tiles: bool) -> Dict[str, Any]:

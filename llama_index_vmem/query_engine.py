@@ -17,13 +17,13 @@ from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, TextBlock
 from llama_index.core.base.response.schema import RESPONSE_TYPE, AsyncStreamingResponse, Response, StreamingResponse
 from llama_index.core.callbacks.schema import CBEventType, EventPayload
-from llama_index.core.llms import LLM
+from llama_index.core.llms.utils import LLMType
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
-from .anchors import as_llm
+from .models import as_llm
 from . import schema
 from .delivery import (ContentBlock, Deliverer, DeliveryMode, ImageBudget, block_groups, content_tokens, default_mode, fit, head,
                        join_blocks, messages_tokens, prompt_messages, split_blocks)
@@ -67,7 +67,7 @@ class VMemQueryEngine(BaseQueryEngine):
     def __init__(
         self,
         retriever: VMemRetriever,
-        llm: Optional[LLM] = None,
+        llm: Optional[LLMType] = None,
         answer_prompt: Optional[BasePromptTemplate] = None,
         conflict_prompt: Optional[BasePromptTemplate] = None,
         image_note_prompt: Optional[BasePromptTemplate] = None,

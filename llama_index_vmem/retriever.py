@@ -19,17 +19,18 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.callbacks.schema import CBEventType, EventPayload
 from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent, RetrievalStartEvent
-from llama_index.core.llms import LLM
+from llama_index.core.llms.utils import LLMType
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, QueryType, TextNode
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
 from . import neighbours, schema
-from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, as_llm, caption_keywords
+from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
 from .errors import VMemInputError
 from .fusion import Fused, carry_forward, rank_rounds, round_of, rrf, unit_of, units_covering
 from .lifecycle import check_id
+from .models import as_llm
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
 from .store.base import Collection, Hit
 
@@ -114,7 +115,7 @@ class VMemRetriever(BaseRetriever):
         index: "VMemIndex",
         config: Optional[VMemConfig] = None,
         router: Optional[ModalityRouter] = None,
-        llm: Optional[LLM] = None,
+        llm: Optional[LLMType] = None,
         hypo_caption: Optional[HypoCaptionTransform] = None,
         enriched_anchor: Optional[EnrichedAnchorTransform] = None,
         callback_manager: Optional[CallbackManager] = None,

@@ -123,10 +123,11 @@ archive.import_memory(index, archive.read_archive(sys.argv[4]))
 """
 
 
-def test_an_import_killed_part_way_on_a_server_leaves_whole_rounds_from_the_first(tmp_path, minilm, tiny_siglip):
-    """A server takes an import's round records in batches; killed after the first, the memory
-    holds the conversation's first rounds, and opening it sweeps the units of the rest (before,
-    rounds from anywhere were kept, and the units between them stayed for good)."""
+def test_an_import_killed_part_way_in_batches_leaves_whole_rounds_from_the_first(tmp_path, minilm, tiny_siglip):
+    """A Qdrant client takes an import's round records in batches; killed after the first, the
+    memory holds the conversation's first rounds, and opening it (local mode, which no other process
+    reaches; on a server, its next add) sweeps the units of the rest. Before, rounds from anywhere
+    were kept, and the units between them stayed for good."""
     from qdrant_client import QdrantClient
 
     source = VMemIndex.from_defaults(path=tmp_path / "source", memory_id="m", embed_model=minilm, image_encoder=tiny_siglip)
