@@ -299,7 +299,10 @@ def write_atomically(target: Path, write: Callable[[Path], None], durable: bool 
             _sync(tmp)
         os.replace(tmp, target)
         if durable:
-            _sync(target.parent)
+            try:
+                _sync(target.parent)  # the rename itself
+            except OSError:  # a folder cannot be synced on Windows and some network file systems
+                pass
     finally:
         tmp.unlink(missing_ok=True)
 
