@@ -155,18 +155,16 @@ class VMemChatEngine(BaseChatEngine):
         return ChatMessage(role=MessageRole.USER,
                            content="\n".join(text for role, text in spans if role != schema.Role.ASSISTANT.value and text))
 
-    async def _aremember(self, pending: RoundInput, answer: str, streamed: bool) -> None:
+    async def _aremember(self, pending: RoundInput, answer: str) -> None:
         """``_remember``, then the exchange into the chat history, as one step: a cancellation
         meanwhile (a timeout, a closing event loop) waits for both and goes on after, so the history
-        gets the turn the memory got (the round's write, once begun, ends anyway). A ``streamed``
-        reply is LlamaIndex's to put after the user's turn, unless the turn is cancelled while the
-        round is written: its writer then stops, so the reply is put here.
+        gets the turn the memory got (the round's write, once begun, ends anyway).
 
         The round is written by ``run_in_executor``, not ``asyncio.to_thread``: a closing event loop
         cancels every task, and a cancelled task would stop waiting for a thread that writes on."""
         work = functools.partial(contextvars.copy_context().run, self._remember, pending, answer)
         said, stopped = await _through_cancellation(asyncio.get_running_loop().run_in_executor(None, work))
-        exchange = [said] + ([ChatMessage(role=MessageRole.ASSISTANT, content=answer)] if stopped or not streamed else [])
+        exchange = [said, ChatMessage(role=MessageRole.ASSISTANT, content=answer)]
         _, stopped_too = await _through_cancellation(asyncio.ensure_future(self._memory.aput_messages(exchange)))
         if stopped or stopped_too:
             raise asyncio.CancelledError
@@ -203,7 +201,7 @@ class VMemChatEngine(BaseChatEngine):
             await self._memory.aset(chat_history)
         request, llm_input = await asyncio.to_thread(self._prepare, user, pending, await self._memory.aget(input=_asked(user)))
         answer = ((await self._llm.achat(llm_input)).message.content or "").strip()
-        await self._aremember(pending, answer, streamed=False)
+        await self._aremember(pending, answer)
         return AgentChatResponse(response=answer, source_nodes=request.nodes, metadata=request.metadata)
 
     @trace_method("chat")
@@ -257,11 +255,22 @@ class VMemChatEngine(BaseChatEngine):
             async for chunk in stream:
                 answer += chunk.delta or ""
                 yield chunk
-            await self._aremember(pending, answer.strip(), streamed=True)
+            await self._aremember(pending, answer.strip())
 
         response = StreamingAgentChatResponse(achat_stream=remembered(), source_nodes=request.nodes)
-        response.awrite_response_to_history_task = asyncio.create_task(response.awrite_response_to_history(self._memory))
+        response.awrite_response_to_history_task = asyncio.create_task(response.awrite_response_to_history(_ALREADY_PUT))
         return response
+
+
+class _AlreadyPut:
+    """The history LlamaIndex's stream writer puts a streamed reply into: ``_aremember`` put the
+    whole exchange in the real one, as one step a cancellation cannot split, so this keeps nothing."""
+
+    async def aput(self, message: ChatMessage) -> None:
+        """Nothing to put: the reply is in the chat history already."""
+
+
+_ALREADY_PUT = _AlreadyPut()
 
 
 async def _through_cancellation(future: asyncio.Future[T]) -> tuple[T, bool]:

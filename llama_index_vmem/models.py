@@ -46,11 +46,13 @@ def encoders(embed_model: Optional[EmbedType], image_encoder: Optional[MultiModa
 
 def _resolved(item: str, given: Any, resolve: Any, kind: type) -> Any:
     """``resolve(given)``, LlamaIndex's reading of a string or LangChain model; its own refusal of a
-    string it does not know stands, and anything it cannot make a ``kind`` of is refused by name
-    (it only asserts, or not at all under ``python -O``)."""
+    string it does not know stands, and anything else it cannot make a ``kind`` of is refused by name
+    (it only asserts, not at all under ``python -O``, or fails on comparing the object to a string)."""
     try:
         resolved = resolve(given)
-    except (AssertionError, AttributeError):
+    except Exception:
+        if isinstance(given, str):
+            raise
         resolved = None
     if not isinstance(resolved, kind):
         raise VMemInputError(item, f"must be a LlamaIndex {kind.__name__}, got {type(given).__name__}")

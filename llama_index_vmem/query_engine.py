@@ -129,20 +129,22 @@ class VMemQueryEngine(BaseQueryEngine):
     def _content(self, prompt: BasePromptTemplate, query_bundle: QueryBundle, result: RetrievalResult,
                  nodes: List[NodeWithScore], room: int) -> Tuple[List[ChatMessage], List[NodeWithScore]]:
         """The prompt's messages around the delivered blocks (and the attached-image note), within
-        ``room`` tokens, and the nodes delivered: blocks that would not fit are left out, least
-        relevant first, and a best block too long alone is cut after a whole line."""
+        ``room`` tokens, and the nodes delivered (the answer's sources): blocks that would not fit
+        are left out, least relevant first, and a best block too long alone is cut after a whole line."""
         note: List[ContentBlock] = []
         if query_bundle.image_path or schema.query_image_caption(query_bundle):
             note.append(TextBlock(text=f"\n\n{self._image_note(query_bundle, result)}"))
         budget = room - messages_tokens(prompt_messages(prompt, note, self.llm, question=query_bundle.query_str))
         nodes = fit(nodes, budget, self.deliverer.mode is DeliveryMode.PIXELS)
         context = self.deliverer.deliver(nodes, query_bundle)
-        if content_tokens(context) > budget:
-            context, nodes = _cut(context, nodes, budget)
-            if not nodes:
-                logger.warning("the answer prompt leaves no room for memory in %s's %d-token window (less %d for the "
-                               "answer): it is sent without context", self.llm.metadata.model_name,
-                               self.llm.metadata.context_window, REPLY_TOKENS)
+        cut = content_tokens(context) > budget
+        if cut:
+            context = _cut(context, budget)
+        nodes = _sent(context, nodes)
+        if cut and not nodes:
+            logger.warning("the answer prompt leaves no room for memory in %s's %d-token window (less %d for the "
+                           "answer): it is sent without context", self.llm.metadata.model_name,
+                           self.llm.metadata.context_window, REPLY_TOKENS)
         return prompt_messages(prompt, context + note, self.llm, question=query_bundle.query_str), nodes
 
     def _image_note(self, query_bundle: QueryBundle, result: RetrievalResult) -> str:
@@ -203,18 +205,26 @@ class VMemQueryEngine(BaseQueryEngine):
         return response
 
 
-def _cut(context: List[ContentBlock], nodes: List[NodeWithScore], budget: int) -> Tuple[List[ContentBlock], List[NodeWithScore]]:
-    """The start of ``context`` within ``budget`` tokens, less a last block of which only its header
-    would go, and the nodes of the blocks sent: the answer's sources are what the model saw."""
+def _cut(context: List[ContentBlock], budget: int) -> List[ContentBlock]:
+    """The start of ``context`` within ``budget`` tokens, less a last block of which only its header would go."""
     parts = split_blocks(head(context, budget))
     while parts and _header_only(parts[-1]):
         parts.pop()
-    return join_blocks(parts), [n for group in block_groups(nodes)[:len(parts)] for n in group]
+    return join_blocks(parts)
 
 
 def _header_only(part: List[ContentBlock]) -> bool:
     lines = [line for b in part if isinstance(b, TextBlock) for line in b.text.splitlines() if line.strip()]
     return len(lines) <= 1 and all(isinstance(b, TextBlock) for b in part)
+
+
+def _sent(context: List[ContentBlock], nodes: List[NodeWithScore]) -> List[NodeWithScore]:
+    """The nodes of the blocks whose first line (a block's header) the context holds: the answer's
+    sources are what the model saw, less a block cut off or skipped (forgotten since retrieval)."""
+    text = "".join(b.text for b in context if isinstance(b, TextBlock))
+    first_lines = ((group, next((line for line in group[0].node.get_content().splitlines() if line.strip()), ""))
+                   for group in block_groups(nodes))
+    return [n for group, line in first_lines if line in text for n in group]
 
 
 def _response(request: AnswerRequest, reply: ChatResponse) -> Response:

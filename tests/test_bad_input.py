@@ -869,6 +869,8 @@ def test_an_llm_of_the_wrong_kind_is_refused_where_it_is_given(memory, entry):
     ("llm", 3, "must be a LlamaIndex LLM, got int"),
     ("embed_model", 3, "must be a LlamaIndex BaseEmbedding, got int"),
     ("image_encoder", "siglip", "must be a LlamaIndex MultiModalEmbedding, got str"),
+    ("embed_model", __import__("numpy").zeros(3), "must be a LlamaIndex BaseEmbedding, got ndarray"),  # == "default" raises
+    ("llm", __import__("numpy").zeros(3), "must be a LlamaIndex LLM, got ndarray"),
 ])
 def test_a_model_of_the_wrong_kind_opens_no_memory(tmp_path, item, given, words):
     with pytest.raises(VMemInputError, match=f"^{item}: {words}$"):

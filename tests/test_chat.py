@@ -647,24 +647,34 @@ def test_a_stream_that_fails_writes_nothing_as_a_failed_chat_does(make_index, ph
     assert engine.chat_history == [] and len(index) == rounds
 
 
+@pytest.mark.parametrize("slow", ["round", "history"])
 @pytest.mark.parametrize("mode", ["achat", "astream_chat"])
-def test_a_turn_cancelled_while_it_is_stored_ends_in_both_the_memory_and_the_history(make_index, photos, monkeypatch, mode):
-    """A timeout (``asyncio.wait_for``) that lands while the exchange is being written: the round's
-    write cannot be stopped once begun, so the turn's history write waits for it, then the
-    cancellation goes on; before, the memory held a turn the history never got."""
+def test_a_turn_cancelled_while_it_is_stored_ends_in_both_the_memory_and_the_history(make_index, photos, monkeypatch, mode, slow):
+    """A timeout (``asyncio.wait_for``) that lands while the exchange is being written, to the
+    memory or to the chat history: the round's write cannot be stopped once begun, so the history's
+    waits for it, then the cancellation goes on. Before, the memory held a turn the history never
+    got, or (streamed) got without its reply."""
     import threading
     import time
 
     index = _memory(make_index, photos)
     engine = index.as_chat_engine(llm=StreamingLLM(default="Noted."), session_id="S")
-    writing, remember = threading.Event(), engine._remember
+    writing, remember, put = threading.Event(), engine._remember, Memory.aput_messages
 
     def slow_remember(*args):
         writing.set()
         time.sleep(0.3)  # a write that takes a while: images to encode, a server far away
         return remember(*args)
 
-    monkeypatch.setattr(engine, "_remember", slow_remember)
+    async def slow_put(memory, messages):
+        writing.set()
+        await asyncio.sleep(0.3)  # a chat store on a server
+        return await put(memory, messages)
+
+    if slow == "round":
+        monkeypatch.setattr(engine, "_remember", slow_remember)
+    else:
+        monkeypatch.setattr(Memory, "aput_messages", slow_put)
     rounds = len(index)
 
     async def turn():

@@ -228,6 +228,37 @@ def test_a_window_with_no_room_for_memory_sends_none_and_names_no_source(make_in
     assert sent_blocks == {0, 1}, "windows from none to one block's worth"
 
 
+def test_the_sources_are_the_blocks_sent_whether_cut_or_skipped_as_forgotten(make_index, photos, scripted_llm):
+    """Pixels delivery skips a block forgotten since it was retrieved, so sent blocks are matched to
+    their nodes by header, not by place: by place, the forgotten block was named a source and the
+    last block sent was not."""
+    from llama_index_vmem.postprocessor import BLOCK_ROUND_IDS
+
+    cuts = 0
+    for window in range(700, 1250, 120):
+        index = make_index(memory_id=f"w{window}")
+        index.add_rounds([{"user": f"Day {i}: my cat Mochi chased a laser pointer near the harbour boats.",
+                           "assistant": "Nice.", "session_id": f"D{i}"} for i in range(12)])
+        llm = _window_llm(scripted_llm, window)
+        engine = index.as_query_engine(llm=llm, delivery="pixels")
+        deliver = engine.deliverer.deliver
+
+        def forget_first_then_deliver(nodes, query=None):
+            first = next(n.node for n in nodes if not isinstance(n.node, ImageNode))
+            index.forget([r.metadata["round_key"] for r in index.get_rounds(first.metadata[BLOCK_ROUND_IDS]).values()])
+            return deliver(nodes, query)
+
+        engine.deliverer.deliver = forget_first_then_deliver
+        answer = engine.query(VMemQueryBundle("What did my cat chase?", image_path=str(photos["chelsea"])))
+        [sent] = llm.chats[-1]
+        text = "".join(b.text for b in sent.blocks if isinstance(b, TextBlock))
+        headers = re.findall(r"^\[session [^\]]*\]$", text, re.MULTILINE)
+        sources = [n.node.get_content().split("\n", 1)[0] for n in answer.source_nodes if not isinstance(n.node, ImageNode)]
+        assert sources == headers, window
+        cuts += len(headers) < 11
+    assert cuts, "some window cuts the context"
+
+
 def test_conflict_question_gets_the_conflict_prompt(make_index, photos, scripted_llm):
     llm = scripted_llm(default="No")
     _memory(make_index, photos).as_query_engine(llm=llm).query("Is there a contradiction about where I live?")
