@@ -23,11 +23,11 @@ from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
-from .models import as_llm
 from . import schema
 from .delivery import (ContentBlock, Deliverer, DeliveryMode, ImageBudget, block_groups, content_tokens, default_mode, fit, head,
                        join_blocks, messages_tokens, prompt_messages, split_blocks)
 from .messages import local_query
+from .models import as_llm
 from .postprocessor import NeighborRoundPostprocessor
 from .prompts import ANSWER_PROMPT, CONFLICT_PROMPT, IMAGE_NOTE_MATCHED_PROMPT, IMAGE_NOTE_PROMPT, check_prompt
 from .retriever import RetrievalResult, VMemRetriever, check_query
