@@ -192,6 +192,20 @@ def head(content: Sequence[ContentBlock], tokens: int, tokenizer: Optional[Calla
     return merge_text(units[:max(fits - 1, 0)])
 
 
+def cut(content: Sequence[ContentBlock], tokens: int, tokenizer: Optional[Callable[[str], List[Any]]] = None) -> List[ContentBlock]:
+    """``head`` of delivered ``content``, less a last block of which only the header would go: a
+    header alone tells the model nothing, yet would name the block as sent."""
+    parts = split_blocks(head(content, tokens, tokenizer))
+    while parts and _header_only(parts[-1]):
+        parts.pop()
+    return join_blocks(parts)
+
+
+def _header_only(part: List[ContentBlock]) -> bool:
+    lines = [line for b in part if isinstance(b, TextBlock) for line in b.text.splitlines() if line.strip()]
+    return len(lines) <= 1 and all(isinstance(b, TextBlock) for b in part)
+
+
 def _lines(block: ContentBlock) -> List[ContentBlock]:
     if not isinstance(block, TextBlock):
         return [block]

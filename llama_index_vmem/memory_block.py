@@ -33,7 +33,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.schema import NodeWithScore
 
-from .delivery import Deliverer, DeliveryMode, ImageBudget, block_groups, content_tokens, head, join_blocks, split_blocks
+from .delivery import Deliverer, DeliveryMode, ImageBudget, block_groups, content_tokens, cut, join_blocks, split_blocks
 from .errors import VMemInputError
 from .index import VMemIndex
 from .messages import attached_image, message_text, query_from_message, today
@@ -111,12 +111,12 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
     async def atruncate(self, content: list[ContentBlock], tokens_to_truncate: int) -> list[ContentBlock] | None:
         """Whole neighbour blocks go, least relevant first, until ``tokens_to_truncate`` (counted as
         the ``Memory`` counts, by ``tokenizer_fn``) are freed; when the best block alone is too long,
-        its start is kept, cut after a whole line."""
+        its start is kept, cut after a whole line (never its header alone)."""
         budget = content_tokens(content, self.tokenizer_fn) - tokens_to_truncate
         blocks = split_blocks(content)
         while len(blocks) > 1 and content_tokens(join_blocks(blocks), self.tokenizer_fn) > budget:
             blocks.pop()
-        return head(join_blocks(blocks), budget, self.tokenizer_fn) or None
+        return cut(join_blocks(blocks), budget, self.tokenizer_fn) or None
 
     def _retrieve(self, query: VMemQueryBundle) -> list[NodeWithScore]:
         if not query.query_str and not query.image_path:

@@ -24,8 +24,8 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
 from . import schema
-from .delivery import (ContentBlock, Deliverer, DeliveryMode, ImageBudget, block_groups, content_tokens, default_mode, fit, head,
-                       join_blocks, messages_tokens, prompt_messages, split_blocks)
+from .delivery import (ContentBlock, Deliverer, DeliveryMode, ImageBudget, block_groups, content_tokens, cut, default_mode, fit,
+                       messages_tokens, prompt_messages)
 from .messages import local_query
 from .models import as_llm
 from .postprocessor import NeighborRoundPostprocessor
@@ -137,11 +137,11 @@ class VMemQueryEngine(BaseQueryEngine):
         budget = room - messages_tokens(prompt_messages(prompt, note, self.llm, question=query_bundle.query_str))
         nodes = fit(nodes, budget, self.deliverer.mode is DeliveryMode.PIXELS)
         context = self.deliverer.deliver(nodes, query_bundle)
-        cut = content_tokens(context) > budget
-        if cut:
-            context = _cut(context, budget)
+        too_long = content_tokens(context) > budget
+        if too_long:
+            context = cut(context, budget)
         nodes = _sent(context, nodes)
-        if cut and not nodes:
+        if too_long and not nodes:
             logger.warning("the answer prompt leaves no room for memory in %s's %d-token window (less %d for the "
                            "answer): it is sent without context", self.llm.metadata.model_name,
                            self.llm.metadata.context_window, REPLY_TOKENS)
@@ -203,19 +203,6 @@ class VMemQueryEngine(BaseQueryEngine):
                 response = _response(request, await self.llm.achat(request.messages))
             event.on_end(payload={EventPayload.RESPONSE: response})
         return response
-
-
-def _cut(context: List[ContentBlock], budget: int) -> List[ContentBlock]:
-    """The start of ``context`` within ``budget`` tokens, less a last block of which only its header would go."""
-    parts = split_blocks(head(context, budget))
-    while parts and _header_only(parts[-1]):
-        parts.pop()
-    return join_blocks(parts)
-
-
-def _header_only(part: List[ContentBlock]) -> bool:
-    lines = [line for b in part if isinstance(b, TextBlock) for line in b.text.splitlines() if line.strip()]
-    return len(lines) <= 1 and all(isinstance(b, TextBlock) for b in part)
 
 
 def _sent(context: List[ContentBlock], nodes: List[NodeWithScore]) -> List[NodeWithScore]:

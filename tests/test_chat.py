@@ -225,6 +225,20 @@ def test_memory_block_keeps_the_start_of_its_best_block_when_that_alone_is_too_l
     assert best[len(cut.text) - 1] == "\n", "cut after a whole line"
 
 
+def test_memory_block_recall_cut_to_its_header_alone_is_no_recall(make_index, photos):
+    """A header line (``[seen ..., session D2, rounds ...]``) with none of its rounds tells the agent
+    nothing: a cut that would keep only that keeps nothing."""
+    from llama_index_vmem.delivery import content_tokens
+
+    index = _memory(make_index, photos)
+    block = VMemMemoryBlock(index=index)
+    recalled = asyncio.run(block.aget([ChatMessage(role=MessageRole.USER, content="Where did I move to?")]))
+    header, first_line = recalled[0].text.split("\n")[:2]
+    budget = content_tokens([TextBlock(text=header + "\n")]) + 1
+    assert budget < content_tokens([TextBlock(text=f"{header}\n{first_line}\n")])
+    assert asyncio.run(block.atruncate(recalled, content_tokens(recalled) - budget)) is None
+
+
 def test_memory_block_cuts_recall_by_the_memorys_own_tokenizer(make_index, photos):
     """A ``Memory`` counting with its own ``tokenizer_fn`` (here: characters) asks the block to free
     that many of *its* tokens; counted by another tokenizer the block frees too few or too many, and
