@@ -98,7 +98,8 @@ class Fence:
 
     def check(self, item: str, path: Union[str, os.PathLike]) -> None:
         """Refuse reading ``path`` from another memory's folder."""
-        if not Path(path).resolve().is_relative_to(self.own.resolve()) and self._fenced(Path(path).resolve()):
+        resolved = Path(path).resolve()
+        if not resolved.is_relative_to(self.own.resolve()) and self._fenced(resolved):
             raise VMemInputError(item, f"{path} is in another memory's image folder")
 
     def check_write(self, item: str, path: Union[str, os.PathLike]) -> None:
