@@ -315,14 +315,14 @@ class Deliverer:
         if dropped:
             out.append(TextBlock(text=f"\n[not shown to keep within the image budget of {self.budget.max_images}: "
                                       f"{', '.join(dropped)}]"))
-        if query is not None and query.image_path:
-            out.extend(self._attachment(query))
-        return out
+        return out + self.attachment(query)
 
-    def _attachment(self, query: QueryBundle) -> List[ContentBlock]:
-        """The query's own image, labelled as the attachment. An image given as a URL is stamped from
-        its local copy: the query engine keeps it before retrieval, and a stock engine's query
-        (``DeliveryPostprocessor``) is kept here the same way."""
+    def attachment(self, query: Optional[QueryBundle]) -> List[ContentBlock]:
+        """The query's own image, labelled as the attachment (nothing in text delivery or without one).
+        An image given as a URL is stamped from its local copy: the query engine keeps it before
+        retrieval, and a stock engine's query (``DeliveryPostprocessor``) is kept here the same way."""
+        if self.mode is DeliveryMode.TEXT or query is None or not query.image_path:
+            return []
         image_path = local_query(self.index, query).image_path
         self.index.image_fence.check("query image", image_path)
         return [TextBlock(text=f"\n[attached image: the user's {ATTACHMENT_LABEL} picture]"),

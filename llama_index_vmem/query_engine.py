@@ -128,15 +128,15 @@ class VMemQueryEngine(BaseQueryEngine):
 
     def _content(self, prompt: BasePromptTemplate, query_bundle: QueryBundle, result: RetrievalResult,
                  nodes: List[NodeWithScore], room: int) -> Tuple[List[ChatMessage], List[NodeWithScore]]:
-        """The prompt's messages around the delivered blocks (and the attached-image note), within
+        """The prompt's messages around the delivered blocks (then the attached picture and its note), within
         ``room`` tokens, and the nodes delivered (the answer's sources): blocks that would not fit
         are left out, least relevant first, and a best block too long alone is cut after a whole line."""
-        note: List[ContentBlock] = []
+        note = self.deliverer.attachment(query_bundle)  # kept whole: its room is set aside before the memory's
         if query_bundle.image_path or schema.query_image_caption(query_bundle):
             note.append(TextBlock(text=f"\n\n{self._image_note(query_bundle, result)}"))
         budget = room - messages_tokens(prompt_messages(prompt, note, self.llm, question=query_bundle.query_str))
         nodes = fit(nodes, budget, self.deliverer.mode is DeliveryMode.PIXELS)
-        context = self.deliverer.deliver(nodes, query_bundle)
+        context = self.deliverer.deliver(nodes)
         too_long = content_tokens(context) > budget
         if too_long:
             context = cut(context, budget)

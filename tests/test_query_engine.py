@@ -645,3 +645,27 @@ def test_a_query_that_is_neither_text_nor_a_query_bundle_is_refused_by_name(make
         call(index)
     assert caught.value.item == "query"
     assert len(index) == 3
+
+
+def test_a_cut_context_keeps_the_attached_picture_with_its_label(make_index, photos, scripted_llm):
+    """Pixels delivery ends with the user's attached picture, under its label. Before, the window's
+    cut came from the end, so a tight window dropped the picture and sent its label alone, naming a
+    picture the model never saw; the picture's room is now set aside before the memory is fitted."""
+    from llama_index_vmem.delivery import content_tokens
+    from llama_index_vmem.query_engine import REPLY_TOKENS
+
+    index = make_index()
+    index.add_rounds([{"user": f"Day {i}: my cat Mochi chased a laser pointer near the harbour boats, then slept.",
+                       "assistant": "Nice. " * 20, "session_id": f"D{i}"} for i in range(12)])
+    label = "[attached image: the user's ATTACHED picture]"
+    cut = 0
+    for window in range(900, 2100, 150):
+        llm = _window_llm(scripted_llm, window)
+        index.as_query_engine(llm=llm, delivery="pixels").query(
+            VMemQueryBundle("What did my cat chase?", image_path=str(photos["chelsea"])))
+        [sent] = llm.chats[-1]
+        after_label = "".join("I" if isinstance(b, ImageBlock) else b.text for b in sent.blocks).split(label)
+        assert len(after_label) == 2 and after_label[1].startswith("I"), window  # the label, then its picture
+        assert content_tokens(sent.blocks) <= window - REPLY_TOKENS, window
+        cut += sent.content.count("[session ") < 12
+    assert cut, "some window cuts the context"
