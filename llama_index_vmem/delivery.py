@@ -33,7 +33,7 @@ from pydantic import PrivateAttr
 
 from . import schema
 from .errors import VMemInputError
-from .images import open_rgb, write_atomically
+from .images import open_rgb, touch, write_atomically
 from .messages import local_query
 from .postprocessor import BLOCK_ROUND_IDS, NeighborRoundPostprocessor, is_own, splice
 from .retriever import EXPLAIN_KEY
@@ -249,7 +249,7 @@ def label_image(source: Union[str, Path], label: str, cache_dir: Path, max_side:
     """
     digest = hashlib.sha256(Path(source).read_bytes() + f"\x00{label}\x00{max_side}".encode()).hexdigest()[:32]
     target = Path(cache_dir) / f"{digest}.png"
-    if target.exists():
+    if touch(target):
         return target
     img = open_rgb(source)
     img.thumbnail((max_side, max_side))

@@ -263,9 +263,19 @@ def save(image: LoadedImage, directory: Path) -> Path:
     again mends it."""
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / image.file_name
-    if not intact(target):
+    if not (intact(target) and touch(target)):
         write_atomically(target, lambda tmp: tmp.write_bytes(image.data))
     return target
+
+
+def touch(path: Path) -> bool:
+    """Mark a kept file as just used, so ``sweep_stale`` keeps it: False where it is gone (swept
+    meanwhile), for the caller to write it again."""
+    try:
+        os.utime(path)
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def save_each(images: Iterable[LoadedImage], directory: Path, created: List[Path]) -> None:
@@ -310,16 +320,19 @@ def write_atomically(target: Path, write: Callable[[Path], None], durable: bool 
 
 #: Age past which a temporary file is a killed write's: a live write's is seconds old.
 STALE_TEMPORARY_S = 3600.0
+#: Age past which a cached copy (a labelled picture, a kept attachment) is no longer in use: each
+#: use ``touch``es it, and one lasts an answer call.
+STALE_CACHE_S = 24 * 3600.0
 
 
-def sweep_temporary(folder: Path) -> None:
-    """Remove the temporary files ``write_atomically`` left in ``folder`` (and below) when killed
-    before its rename. Only stale ones go, so a write in flight in any process keeps its own."""
-    cutoff = time.time() - STALE_TEMPORARY_S
-    for tmp in folder.rglob("*.tmp"):
+def sweep_stale(folder: Path, pattern: str, age_s: float) -> None:
+    """Remove the files in ``folder`` (and below) matching ``pattern`` that have not changed for
+    ``age_s`` seconds: only stale ones go, so a write or a use in flight in any process keeps its own."""
+    cutoff = time.time() - age_s
+    for path in folder.rglob(pattern):
         try:
-            if tmp.stat().st_mtime < cutoff:
-                tmp.unlink()
+            if path.is_file() and path.stat().st_mtime < cutoff:
+                path.unlink()
         except FileNotFoundError:  # its writer renamed or removed it meanwhile
             pass
 

@@ -154,7 +154,8 @@ class VMemIndex:
             self.image_dir = image_io.memory_folder(Path(image_dir), memory_id)
             self.image_fence = image_io.Fence.around(self.image_dir)
             #: Derived pixels kept beside the memory's images: labelled copies made for delivery, and
-            #: attached query images given as bytes or URLs. Caches, but of this memory's pictures.
+            #: attached query images given as bytes or URLs. Caches, but of this memory's pictures; one
+            #: unused for a day (``images.STALE_CACHE_S``) goes when the memory next opens.
             self.delivered_dir = self.image_dir / "delivered"
             self.attached_dir = self.image_dir / "attached"
             self._parser = RoundNodeParser(memory_id=memory_id, image_dir=str(self.image_dir), transcriber=transcriber)
@@ -166,7 +167,9 @@ class VMemIndex:
                 with _write_lock(store, memory_id):
                     self._sweep_unfinished(self._last_seq())
                     lifecycle.sweep_trash(self)
-            image_io.sweep_temporary(self.image_dir)  # stale ones only: safe beside any process's writes
+            image_io.sweep_stale(self.image_dir, "*.tmp", image_io.STALE_TEMPORARY_S)  # killed writes' leftovers
+            for cache in (self.delivered_dir, self.attached_dir):
+                image_io.sweep_stale(cache, "*", image_io.STALE_CACHE_S)
         except BaseException:
             if counted:
                 _count_handle(store, memory_id, -1)

@@ -585,6 +585,32 @@ def _layout(index):
     return rounds, roundless, sorted(p.name for p in index.image_dir.rglob("*") if p.is_file())
 
 
+def test_cached_copies_unused_for_a_day_are_swept_on_open_and_used_ones_kept(open_memory, photos):
+    """Labelled copies made for pixels delivery and attachments kept from bytes grew with every new
+    picture asked about, until a forget. One unused for a day now goes when the memory opens; each
+    use refreshes a copy's time, so one in use stays, and the memory's own pictures are never aged out."""
+    import os
+    import time
+
+    from llama_index_vmem.delivery import label_image
+    from llama_index_vmem.messages import keep_attachment
+
+    index = open_memory()
+    index.add_rounds(_conversation(photos)[:1])
+    copies = {name: label_image(photos[name], "ATTACHED", index.delivered_dir, 256) for name in ("coffee", "rocket")}
+    kept = {name: Path(keep_attachment(index, "attached image", data=photos[name].read_bytes())) for name in ("horse", "camera")}
+    own = [p for p in index.image_dir.iterdir() if p.is_file()]
+    assert own and len({*copies.values(), *kept.values()}) == 4
+    two_days_ago = time.time() - 2 * 24 * 3600
+    for path in (*copies.values(), *kept.values(), *own):
+        os.utime(path, (two_days_ago,) * 2)
+    assert label_image(photos["rocket"], "ATTACHED", index.delivered_dir, 256) == copies["rocket"]  # used again
+    keep_attachment(index, "attached image", data=photos["camera"].read_bytes())
+    open_memory()
+    assert not copies["coffee"].exists() and not kept["horse"].exists()
+    assert copies["rocket"].exists() and kept["camera"].exists() and all(p.exists() for p in own)
+
+
 @pytest.mark.parametrize("writes_before_death", [0, 1, 2, 3, 4])
 def test_a_forget_killed_part_way_is_finished_when_the_memory_next_opens(open_memory, photos, monkeypatch, writes_before_death):
     """Before, the rounds it had not finished stayed listed (some without their pictures, so export
