@@ -665,8 +665,10 @@ class VMemIndex:
         the rest to ``as_query_engine``."""
         from .chat_engine import VMemChatEngine
 
-        _check_options(kwargs, {"the chat engine": _chat_options(), "its query engine": _engine_options(),
-                                "its retriever": _retriever_options()})
+        # streaming= is left to the chat engine, which refuses it saying how a chat streams
+        _check_options(dict.fromkeys(kwargs.keys() - {"streaming"}),
+                       {"the chat engine": _chat_options(), "its query engine": _engine_options() - {"streaming"},
+                        "its retriever": _retriever_options()})
         return VMemChatEngine.from_defaults(self, llm=llm, **kwargs)
 
     def optimize(self) -> None:

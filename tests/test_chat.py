@@ -431,6 +431,9 @@ def test_a_chat_engine_refuses_what_it_could_not_honour_up_front(make_index, pho
     index = _memory(make_index, photos)
     with pytest.raises(TypeError, match=r"streams through stream_chat\(\) and astream_chat\(\); it takes no streaming="):
         index.as_chat_engine(llm=ScriptedLLM(default="ok"), streaming=True)
+    with pytest.raises(TypeError, match=r"unsupported option\(s\) \['streamng'\]; .*its query engine takes") as refused:
+        index.as_chat_engine(llm=ScriptedLLM(default="ok"), streamng=True)
+    assert "streaming" not in str(refused.value)  # the options listed are those a chat takes
     with pytest.raises(VMemInputError, match="^llm: has a 200-token window: a chat needs more than the 256 tokens"):
         index.as_chat_engine(llm=TinyWindow(default="ok"))
 
