@@ -314,6 +314,26 @@ def test_a_store_that_lost_its_manifest_is_refused_not_started_afresh(tmp_path, 
     assert manifest.is_file()
 
 
+def test_a_manifest_removed_while_the_store_is_open_is_written_again(tmp_path, minilm, tiny_siglip, caplog):
+    """With the store open in this process, a removed manifest made the next memory's open fail as
+    "open in another process" (this process's own lock); the open store knows what it held, so it
+    writes it again, warning, and the memories open and keep what they hold."""
+    def open_(memory_id):
+        return VMemIndex.from_defaults(path=tmp_path / "m", memory_id=memory_id, embed_model=minilm, image_encoder=tiny_siglip)
+
+    manifest = tmp_path / "m" / "qdrant" / "manifest.json"
+    with open_("a") as first:
+        first.add_round(user="My cat is called Mochi.", assistant="Cute.")
+        kept = manifest.read_bytes()
+        manifest.unlink()
+        with caplog.at_level("WARNING", logger="llama_index_vmem.store.edge"), open_("b") as second:
+            second.add_round(user="I live in Lisbon.", assistant="Nice.")
+        assert "manifest.json was removed while the store was open: written again" in caplog.text
+        assert manifest.read_bytes() == kept and len(first) == 1
+    with open_("a") as first, open_("b") as second:
+        assert (len(first), len(second)) == (1, 1)
+
+
 def test_a_store_being_made_by_another_handle_is_not_made_afresh_under_it(tmp_path):
     """Two processes opening a new store at once: the one that finds shards without a manifest (the
     other's, not yet finished) is refused as held, instead of deleting the shards in use."""

@@ -7,6 +7,7 @@ memory and handle of a process the same open store and closes it with the last o
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import threading
@@ -20,6 +21,8 @@ from ..encoders import encoder_differences, same_encoders
 from ..encoders.bm25 import Sparse
 from ..images import write_atomically
 from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
+
+logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 #: The manifest's record of vector sizes, which a shard cannot report (stores made before it have none).
@@ -43,15 +46,21 @@ class EdgeLaneStore(LaneStore):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._shards: Dict[Collection, qe.EdgeShard] = {}
+        #: The manifest the open shards were checked against, to write again if it is removed under them.
+        self._manifest_text = ""
         self._refs = 0
         self._lock = threading.Lock()
 
     def ensure_collections(self, dims: LaneDims, manifest: Dict[str, Any]) -> None:
         with self._lock:
             manifest_path = self.path / MANIFEST
+            if self._shards and not manifest_path.exists():  # this process's lock would read as another's
+                logger.warning("store at %s: %s was removed while the store was open: written again", self.path, MANIFEST)
+                write_atomically(manifest_path, lambda tmp: tmp.write_text(self._manifest_text), durable=True)
             if manifest_path.exists():  # checked for every memory opened, not only the first
                 try:
-                    stored = json.loads(manifest_path.read_text())
+                    self._manifest_text = manifest_path.read_text()
+                    stored = json.loads(self._manifest_text)
                 except ValueError as e:
                     raise ValueError(f"store at {self.path}: {MANIFEST} cannot be read ({e}); restore it from a backup") from None
                 sizes = stored.pop(SIZES_KEY, None)
@@ -70,8 +79,8 @@ class EdgeLaneStore(LaneStore):
                 # manifest is written last and nothing is stored before it), so start it afresh.
                 shutil.rmtree(self.path / c.value, ignore_errors=True)
                 self._shards[c] = _with_indexes(qe.EdgeShard.create(str(self.path / c.value), _config(c, dims)))
-            manifest_text = json.dumps({**manifest, SIZES_KEY: _sizes(dims)}, indent=2, sort_keys=True)
-            write_atomically(manifest_path, lambda tmp: tmp.write_text(manifest_text), durable=True)
+            self._manifest_text = json.dumps({**manifest, SIZES_KEY: _sizes(dims)}, indent=2, sort_keys=True)
+            write_atomically(manifest_path, lambda tmp: tmp.write_text(self._manifest_text), durable=True)
 
     def _refuse_points_without_manifest(self) -> None:
         """Shards with points but no manifest lost their manifest (a copy that left it out, a
