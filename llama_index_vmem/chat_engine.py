@@ -47,6 +47,7 @@ from .memory_block import VMemMemoryBlock
 from .messages import query_from_message, today
 from .node_parser import INSTRUCTION_ROLES, RoundInput, round_spans
 from .query_engine import REPLY_TOKENS, AnswerRequest, VMemQueryEngine
+from .retriever import session_filter
 
 T = TypeVar("T")
 
@@ -91,9 +92,13 @@ class VMemChatEngine(BaseChatEngine):
         session_id: str | None = None,
         **query_engine_kwargs: Any,
     ) -> VMemChatEngine:
-        """``query_engine_kwargs`` go to ``index.as_query_engine`` (``delivery``, ``image_budget``, ``k``, ...)."""
+        """``query_engine_kwargs`` go to ``index.as_query_engine`` (``delivery``, ``image_budget``, ``k``, ...).
+        Exchanges are stored under ``session_id``; without one, under the session ``filters`` reads,
+        so a chat kept to a session recalls what was said in it."""
         if "streaming" in query_engine_kwargs:  # the query engine's option would be taken and do nothing here
             raise TypeError("a chat engine streams through stream_chat() and astream_chat(); it takes no streaming=")
+        if session_id is None and query_engine_kwargs.get("filters") is not None:
+            session_id = session_filter(query_engine_kwargs["filters"])
         query_engine = index.as_query_engine(llm=llm, **query_engine_kwargs)
         window = query_engine.llm.metadata.context_window
         if window <= REPLY_TOKENS:

@@ -311,6 +311,23 @@ def test_memory_block_text_recall_and_empty_memory(make_index, photos, tmp_path)
 # -- the chat engine --------------------------------------------------------------------------
 
 
+def test_a_chat_filtered_to_a_session_stores_its_exchanges_in_that_session(make_index, photos):
+    """``filters=`` one session with no ``session_id=`` stored the chat's exchanges in no session,
+    so the next chat filtered to that session never recalled them; they now go in that session,
+    and a ``session_id=`` given beside the filter is kept."""
+    from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
+
+    index = _memory(make_index, photos)
+    d2 = MetadataFilters(filters=[MetadataFilter(key="session_id", value="D2")])
+    index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=d2).chat("Mochi's favourite toy is a felt mouse.")
+    index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=d2, session_id="C9").chat("Mochi sleeps on the sofa.")
+    assert [r.round.metadata["session_id"] for r in index.rounds()][-2:] == ["D2", "C9"]
+    llm = ScriptedLLM(default="A felt mouse.")
+    index.as_chat_engine(llm=llm, filters=d2).chat("What is Mochi's favourite toy?")
+    assert "User: Mochi's favourite toy is a felt mouse." in llm.prompts[-1]
+    assert "Mochi sleeps on the sofa." not in llm.prompts[-1]
+
+
 def test_chat_engine_recalls_an_earlier_turn_from_the_memory(make_index, photos):
     index = _memory(make_index, photos)
     llm = ScriptedLLM(default="Noted.")
