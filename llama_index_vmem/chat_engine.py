@@ -93,12 +93,13 @@ class VMemChatEngine(BaseChatEngine):
         **query_engine_kwargs: Any,
     ) -> VMemChatEngine:
         """``query_engine_kwargs`` go to ``index.as_query_engine`` (``delivery``, ``image_budget``, ``k``, ...).
-        Exchanges are stored under ``session_id``; without one, under the session ``filters`` reads,
-        so a chat kept to a session recalls what was said in it."""
+        Exchanges are stored under ``session_id``; without one, under the session ``filters`` reads
+        where it reads one, so a chat kept to a session recalls what was said in it."""
         if "streaming" in query_engine_kwargs:  # the query engine's option would be taken and do nothing here
             raise TypeError("a chat engine streams through stream_chat() and astream_chat(); it takes no streaming=")
-        if session_id is None and query_engine_kwargs.get("filters") is not None:
-            session_id = session_filter(query_engine_kwargs["filters"])
+        sessions = session_filter(query_engine_kwargs.get("filters"))
+        if session_id is None and sessions is not None and len(sessions) == 1:
+            [session_id] = sessions
         query_engine = index.as_query_engine(llm=llm, **query_engine_kwargs)
         window = query_engine.llm.metadata.context_window
         if window <= REPLY_TOKENS:

@@ -93,18 +93,30 @@ def check_query(query: Any) -> QueryType:
     return query
 
 
-def session_filter(filters: Optional[MetadataFilters]) -> Optional[str]:
-    """The session a stock ``MetadataFilters`` narrows retrieval to. The store filters V-Mem's lanes
-    by memory and session, so ``session_id ==`` is the one filter taken; any other is refused by
-    name, since ignoring it would return rounds the caller meant to keep out."""
-    if filters is None:
+def session_filter(filters: Optional[MetadataFilters]) -> Optional[Tuple[str, ...]]:
+    """The sessions a stock ``MetadataFilters`` narrows retrieval to (None: every session). The store
+    filters V-Mem's lanes by memory and session, so ``session_id ==`` one session, ``in`` a list, or
+    several ``==`` joined by OR are taken; any other filter is refused by name, since ignoring it would
+    return rounds the caller meant to keep out. An empty filter list is no filter, as in stock retrievers."""
+    if filters is None or (isinstance(filters, MetadataFilters) and not filters.filters):
         return None
-    only = filters.filters[0] if isinstance(filters, MetadataFilters) and len(filters.filters) == 1 else None
-    if (not isinstance(only, MetadataFilter) or only.key != schema.SESSION_ID or only.operator != FilterOperator.EQ
-            or only.value is None or filters.condition == FilterCondition.NOT):  # NOT would mean every other session
-        raise VMemInputError("filters", "V-Mem filters retrieval by one session: "
-                                        f"MetadataFilters(filters=[MetadataFilter(key='session_id', value=...)]), got {filters!r:.300}")
-    return check_id("filters session_id", only.value)
+    leaves = filters.filters if isinstance(filters, MetadataFilters) else [None]
+    condition = filters.condition if len(leaves) > 1 else getattr(filters, "condition", None)
+    taken = all(isinstance(f, MetadataFilter) and f.key == schema.SESSION_ID and _session_values(f) for f in leaves)
+    if not taken or condition == FilterCondition.NOT or (len(leaves) > 1 and condition != FilterCondition.OR):
+        raise VMemInputError("filters", "V-Mem filters retrieval by session: MetadataFilters(filters=[MetadataFilter("
+                                        "key='session_id', value=...)]), value=[...] with operator=FilterOperator.IN, or "
+                                        f"several joined by condition=FilterCondition.OR; got {filters!r:.300}")
+    return tuple(dict.fromkeys(check_id("filters session_id", v) for f in leaves for v in _session_values(f)))
+
+
+def _session_values(leaf: MetadataFilter) -> List[Any]:
+    """The sessions one ``session_id`` filter names: its value (``==``) or its non-empty list (``in``); none otherwise."""
+    if leaf.operator == FilterOperator.EQ and leaf.value is not None and not isinstance(leaf.value, list):
+        return [leaf.value]
+    if leaf.operator == FilterOperator.IN and isinstance(leaf.value, list):
+        return list(leaf.value)
+    return []
 
 
 class VMemRetriever(BaseRetriever):
@@ -124,7 +136,8 @@ class VMemRetriever(BaseRetriever):
     ) -> None:
         super().__init__(callback_manager=callback_manager, verbose=verbose)
         self._index = index
-        self.session_id = session_filter(filters)
+        #: The sessions retrieval is kept to (None: all), from ``filters``.
+        self.session_ids = session_filter(filters)
         self.config = config or index.config
         self.router = router or ModalityRouter()
         llm = as_llm(llm)
@@ -260,7 +273,7 @@ class VMemRetriever(BaseRetriever):
         neighbours within the window (None when the plan has no filter)."""
         if plan.image_filter_window is None:
             return None
-        image_units = self._index.store.scroll(Collection.IMAGE, self._index.scope(session_id=self.session_id))
+        image_units = self._index.store.scroll(Collection.IMAGE, self._index.scope(session_ids=self.session_ids))
         image_rounds = neighbours.round_payloads(self._index, {h.payload[schema.ROUND_ID] for h in image_units})
         return neighbours.within(self._index, image_rounds, plan.image_filter_window)
 
@@ -277,7 +290,7 @@ class VMemRetriever(BaseRetriever):
         else:
             vector = index.encode_query_text(anchor.text)
         scope = index.scope(round_ids=tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None,
-                            session_id=self.session_id)
+                            session_ids=self.session_ids)
         if signal.vector == schema.VISUAL and index.region_tiles:  # the query image against every stored region
             return index.store.search(signal.collection, schema.VISUAL_REGIONS, [vector], scope, pool)
         return index.store.search(signal.collection, signal.vector, vector, scope, pool)

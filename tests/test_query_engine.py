@@ -118,6 +118,22 @@ def test_a_session_filter_keeps_retrieval_to_that_session(make_index, photos, sc
     assert sessions(response.source_nodes) == {"D2"} and "Mochi" not in llm.prompts[-1]
 
 
+def test_a_filter_of_several_sessions_keeps_retrieval_to_them(make_index, photos):
+    """Several sessions, as a stock user writes them (``in`` a list, or ``==`` each joined by OR), were
+    refused; an empty filter list, which stock retrievers take as no filter, was refused too."""
+    index = _memory(make_index, photos)
+    index.add_round(user="My cat Mochi visited the vet in Porto.", assistant="Hope she is well.", session_id="D3")
+    question = "Where does my cat Mochi live?"
+    sessions = lambda retriever: {n.node.metadata["session_id"] for n in retriever.retrieve(question)}
+    assert sessions(index.as_retriever()) == {"D1", "D2", "D3"}
+    either = [MetadataFilters(filters=[MetadataFilter(key="session_id", value=["D2", "D3"], operator=FilterOperator.IN)]),
+              MetadataFilters(filters=[MetadataFilter(key="session_id", value="D2"), MetadataFilter(key="session_id", value="D3")],
+                              condition=FilterCondition.OR)]
+    for filters in either:
+        assert sessions(index.as_retriever(filters=filters)) == {"D2", "D3"}
+    assert sessions(index.as_retriever(filters=MetadataFilters(filters=[]))) == {"D1", "D2", "D3"}
+
+
 @pytest.mark.parametrize("filters", [
     MetadataFilters(filters=[MetadataFilter(key="user", value="Mochi")]),
     MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1", operator=FilterOperator.NE)]),
@@ -126,8 +142,14 @@ def test_a_session_filter_keeps_retrieval_to_that_session(make_index, photos, sc
     MetadataFilters(filters=[MetadataFilter(key="session_id", value="")]),
     MetadataFilters(filters=[MetadataFilter(key="session_id", value=None)]),
     MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1")], condition=FilterCondition.NOT),
+    MetadataFilters(filters=[MetadataFilter(key="session_id", value=[], operator=FilterOperator.IN)]),
+    MetadataFilters(filters=[MetadataFilter(key="session_id", value=["D1", ""], operator=FilterOperator.IN)]),
+    MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1", operator=FilterOperator.IN)]),
+    MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1"), MetadataFilter(key="user", value="Mochi")],
+                    condition=FilterCondition.OR),
     {"session_id": "D1"},
-], ids=["other_key", "not_equal", "two", "nested", "empty_session", "no_session", "negated", "dict"])
+], ids=["other_key", "not_equal", "two_and", "nested", "empty_session", "no_session", "negated", "in_none", "in_empty_id",
+        "in_not_a_list", "or_other_key", "dict"])
 def test_a_filter_retrieval_cannot_apply_is_refused_by_name_not_ignored(make_index, photos, filters):
     index = _memory(make_index, photos)
     with pytest.raises(VMemInputError) as caught:

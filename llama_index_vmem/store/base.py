@@ -33,6 +33,8 @@ class Scope:
     round_ids: Optional[Tuple[str, ...]] = None
     seq_range: Optional[Tuple[int, int]] = None
     session_id: Optional[str] = None
+    #: Points of any of these sessions (a retrieval kept to several).
+    session_ids: Optional[Tuple[str, ...]] = None
     #: Only points outside any session: the conversation a sessionless round belongs to.
     sessionless: bool = False
     #: Rounds whose previous round is one of these (the rounds that follow them).
@@ -47,7 +49,7 @@ class Scope:
     @property
     def is_empty(self) -> bool:
         """An explicit empty id list matches nothing (and must not mean 'no filter')."""
-        return any(ids is not None and not ids for ids in (self.round_ids, self.prev_round_ids, self.image_ids))
+        return any(ids is not None and not ids for ids in (self.round_ids, self.session_ids, self.prev_round_ids, self.image_ids))
 
 
 #: The most points one store call may ask for: Qdrant's gRPC API takes a limit as an unsigned 32-bit number.
@@ -69,6 +71,8 @@ def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
         out.append((schema.ROUND_ID, "any", list(scope.round_ids)))
     if scope.session_id is not None:
         out.append((schema.SESSION_ID, "eq", scope.session_id))
+    if scope.session_ids is not None:
+        out.append((schema.SESSION_ID, "any", list(scope.session_ids)))
     if scope.sessionless:
         out.append((schema.SESSION_ID, "empty", None))
     if scope.seq_range is not None:
