@@ -324,7 +324,7 @@ class Deliverer:
         if self.mode is DeliveryMode.TEXT or query is None or not query.image_path:
             return []
         image_path = local_query(self.index, query).image_path
-        self.index.image_fence.check("query image", image_path)
+        self.index.load_query_image(image_path)  # refused as bad input naming it, as retrieval refuses it
         return [TextBlock(text=f"\n[attached image: the user's {ATTACHMENT_LABEL} picture]"),
                 ImageBlock(path=label_image(image_path, ATTACHMENT_LABEL, self.cache_dir, self.budget.max_side))]
 

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import http.client
 import io
+import logging
 import os
 import re
 import stat
@@ -30,6 +31,8 @@ from typing import Callable, Iterable, List, Optional, Set, Union
 from PIL import Image, UnidentifiedImageError
 
 from .errors import VMemInputError
+
+logger = logging.getLogger(__name__)
 
 #: Largest image file accepted (bytes).
 MAX_IMAGE_BYTES = 50 * 1024 * 1024
@@ -270,12 +273,15 @@ def save(image: LoadedImage, directory: Path) -> Path:
 
 def touch(path: Path) -> bool:
     """Mark a kept file as just used, so ``sweep_stale`` keeps it: False where it is gone (swept
-    meanwhile), for the caller to write it again."""
+    meanwhile), for the caller to write it again. A file this process may read but not touch (another
+    user's) is used as it is."""
     try:
         os.utime(path)
         return True
     except FileNotFoundError:
         return False
+    except OSError:
+        return path.exists()
 
 
 def save_each(images: Iterable[LoadedImage], directory: Path, created: List[Path]) -> None:
@@ -325,16 +331,19 @@ STALE_TEMPORARY_S = 3600.0
 STALE_CACHE_S = 24 * 3600.0
 
 
-def sweep_stale(folder: Path, pattern: str, age_s: float) -> None:
-    """Remove the files in ``folder`` (and below) matching ``pattern`` that have not changed for
-    ``age_s`` seconds: only stale ones go, so a write or a use in flight in any process keeps its own."""
+def sweep_stale(files: Iterable[Path], age_s: float) -> None:
+    """Remove those of ``files`` that have not changed for ``age_s`` seconds: only stale ones go, so
+    a write or a use in flight in any process keeps its own. Best effort: a file this process may
+    not remove (another user's) stays."""
     cutoff = time.time() - age_s
-    for path in folder.rglob(pattern):
+    for path in files:
         try:
             if path.is_file() and path.stat().st_mtime < cutoff:
                 path.unlink()
         except FileNotFoundError:  # its writer renamed or removed it meanwhile
             pass
+        except OSError as e:
+            logger.debug("left %s: %s", path, e)
 
 
 def _sync(path: Path) -> None:

@@ -167,9 +167,10 @@ class VMemIndex:
                 with _write_lock(store, memory_id):
                     self._sweep_unfinished(self._last_seq())
                     lifecycle.sweep_trash(self)
-            image_io.sweep_stale(self.image_dir, "*.tmp", image_io.STALE_TEMPORARY_S)  # killed writes' leftovers
-            for cache in (self.delivered_dir, self.attached_dir):
-                image_io.sweep_stale(cache, "*", image_io.STALE_CACHE_S)
+            image_io.sweep_stale(self.image_dir.rglob("*.tmp"), image_io.STALE_TEMPORARY_S)  # killed writes' leftovers
+            for cache in (self.delivered_dir, self.attached_dir):  # flat: a folder in one is none of its files
+                if not cache.is_symlink():
+                    image_io.sweep_stale(cache.glob("*"), image_io.STALE_CACHE_S)
         except BaseException:
             if counted:
                 _count_handle(store, memory_id, -1)

@@ -130,11 +130,22 @@ class VMemQueryEngine(BaseQueryEngine):
                  nodes: List[NodeWithScore], room: int) -> Tuple[List[ChatMessage], List[NodeWithScore]]:
         """The prompt's messages around the delivered blocks (then the attached picture and its note), within
         ``room`` tokens, and the nodes delivered (the answer's sources): blocks that would not fit
-        are left out, least relevant first, and a best block too long alone is cut after a whole line."""
-        note = self.deliverer.attachment(query_bundle)  # kept whole: its room is set aside before the memory's
+        are left out, least relevant first, and a best block too long alone is cut after a whole line.
+        The attached picture's room is set aside first, so a cut never sends its label alone; where
+        the prompt leaves no room for the picture, its note describes it instead."""
+        def left(extra: List[ContentBlock]) -> int:
+            return room - messages_tokens(prompt_messages(prompt, extra, self.llm, question=query_bundle.query_str))
+
+        attachment = self.deliverer.attachment(query_bundle)
+        note: List[ContentBlock] = []
         if query_bundle.image_path or schema.query_image_caption(query_bundle):
             note.append(TextBlock(text=f"\n\n{self._image_note(query_bundle, result)}"))
-        budget = room - messages_tokens(prompt_messages(prompt, note, self.llm, question=query_bundle.query_str))
+        budget = left(attachment + note)
+        if budget < 0 and attachment:
+            logger.warning("the attached picture does not fit in %s's %d-token window (less %d for the answer): "
+                           "it is sent as its note only", self.llm.metadata.model_name,
+                           self.llm.metadata.context_window, REPLY_TOKENS)
+            attachment, budget = [], left(note)
         nodes = fit(nodes, budget, self.deliverer.mode is DeliveryMode.PIXELS)
         context = self.deliverer.deliver(nodes)
         too_long = content_tokens(context) > budget
@@ -145,7 +156,7 @@ class VMemQueryEngine(BaseQueryEngine):
             logger.warning("the answer prompt leaves no room for memory in %s's %d-token window (less %d for the "
                            "answer): it is sent without context", self.llm.metadata.model_name,
                            self.llm.metadata.context_window, REPLY_TOKENS)
-        return prompt_messages(prompt, context + note, self.llm, question=query_bundle.query_str), nodes
+        return prompt_messages(prompt, context + attachment + note, self.llm, question=query_bundle.query_str), nodes
 
     def _image_note(self, query_bundle: QueryBundle, result: RetrievalResult) -> str:
         caption = schema.query_image_caption(query_bundle) or _NO_DESCRIPTION

@@ -143,6 +143,22 @@ def test_a_corrupt_data_url_attachment_is_bad_input_not_a_missing_file(make_inde
         DeliveryPostprocessor(index).postprocess_nodes(nodes, query)
 
 
+@pytest.mark.parametrize("spoil", ["missing", "not_an_image"])
+def test_an_attachment_path_that_cannot_be_read_is_bad_input_that_names_it(make_index, photos, tmp_path, spoil):
+    """A path no V-Mem retriever has read (a stock engine's query), or one spoilt since retrieval,
+    reached the label stamp as a bare ``FileNotFoundError`` or PIL's ``UnidentifiedImageError``."""
+    from llama_index_vmem import NeighborRoundPostprocessor
+
+    index = _memory(make_index, photos)
+    path = tmp_path / "attached.png"
+    if spoil == "not_an_image":
+        path.write_text("hello")
+    query = VMemQueryBundle("Which picture is this?", image_path=str(path))
+    nodes = NeighborRoundPostprocessor(index).postprocess_nodes(index.as_retriever().retrieve(query.query_str), query)
+    with pytest.raises(VMemInputError, match=f"^query image: .*{path.name}|^query image: not an image"):
+        DeliveryPostprocessor(index).postprocess_nodes(nodes, query)
+
+
 @pytest.mark.parametrize("mode", [DeliveryMode.PIXELS, DeliveryMode.TEXT])
 def test_delivery_postprocessor_alone_assembles_the_neighbour_blocks_itself(make_index, photos, mode):
     """Without ``NeighborRoundPostprocessor`` in front it delivers the same content, not an ``AttributeError``."""

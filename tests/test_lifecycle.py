@@ -606,9 +606,36 @@ def test_cached_copies_unused_for_a_day_are_swept_on_open_and_used_ones_kept(ope
         os.utime(path, (two_days_ago,) * 2)
     assert label_image(photos["rocket"], "ATTACHED", index.delivered_dir, 256) == copies["rocket"]  # used again
     keep_attachment(index, "attached image", data=photos["camera"].read_bytes())
+    nested = open_memory("nested", image_dir=index.delivered_dir)  # a folder in a cache is none of its files
+    nested.add_rounds(_conversation(photos)[:1])
+    nested_own = [p for p in nested.image_dir.iterdir() if p.is_file()]
+    for path in nested_own:
+        os.utime(path, (two_days_ago,) * 2)
     open_memory()
     assert not copies["coffee"].exists() and not kept["horse"].exists()
-    assert copies["rocket"].exists() and kept["camera"].exists() and all(p.exists() for p in own)
+    assert copies["rocket"].exists() and kept["camera"].exists() and all(p.exists() for p in own + nested_own)
+
+
+def test_cached_copies_another_user_owns_are_used_and_left_not_refused(open_memory, photos, monkeypatch):
+    """A second service reading a memory's folder as another user may not touch or remove its
+    cached copies: the sweep and the touch made that reader's open and delivery fail."""
+    import os
+    import time
+
+    from llama_index_vmem.delivery import label_image
+
+    index = open_memory()
+    index.add_rounds(_conversation(photos)[:1])
+    copy = label_image(photos["coffee"], "ATTACHED", index.delivered_dir, 256)
+    os.utime(copy, (time.time() - 2 * 24 * 3600,) * 2)
+
+    def not_permitted(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "utime", not_permitted)
+    monkeypatch.setattr(Path, "unlink", not_permitted)
+    assert label_image(photos["coffee"], "ATTACHED", index.delivered_dir, 256) == copy
+    assert len(open_memory()) == 1 and copy.exists()
 
 
 @pytest.mark.parametrize("writes_before_death", [0, 1, 2, 3, 4])

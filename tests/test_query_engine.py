@@ -669,10 +669,11 @@ def test_a_query_that_is_neither_text_nor_a_query_bundle_is_refused_by_name(make
     assert len(index) == 3
 
 
-def test_a_cut_context_keeps_the_attached_picture_with_its_label(make_index, photos, scripted_llm):
+def test_a_cut_context_keeps_the_attached_picture_with_its_label(make_index, photos, scripted_llm, caplog):
     """Pixels delivery ends with the user's attached picture, under its label. Before, the window's
     cut came from the end, so a tight window dropped the picture and sent its label alone, naming a
-    picture the model never saw; the picture's room is now set aside before the memory is fitted."""
+    picture the model never saw; the picture's room is now set aside before the memory is fitted,
+    and where the prompt leaves no room for it, label and picture go and the note describes it."""
     from llama_index_vmem.delivery import content_tokens
     from llama_index_vmem.query_engine import REPLY_TOKENS
 
@@ -680,14 +681,22 @@ def test_a_cut_context_keeps_the_attached_picture_with_its_label(make_index, pho
     index.add_rounds([{"user": f"Day {i}: my cat Mochi chased a laser pointer near the harbour boats, then slept.",
                        "assistant": "Nice. " * 20, "session_id": f"D{i}"} for i in range(12)])
     label = "[attached image: the user's ATTACHED picture]"
-    cut = 0
-    for window in range(900, 2100, 150):
+    cut, pictured = 0, set()
+    for window in range(600, 2100, 100):
         llm = _window_llm(scripted_llm, window)
-        index.as_query_engine(llm=llm, delivery="pixels").query(
-            VMemQueryBundle("What did my cat chase?", image_path=str(photos["chelsea"])))
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="llama_index_vmem.query_engine"):
+            index.as_query_engine(llm=llm, delivery="pixels").query(
+                VMemQueryBundle("What did my cat chase?", image_path=str(photos["chelsea"])))
         [sent] = llm.chats[-1]
         after_label = "".join("I" if isinstance(b, ImageBlock) else b.text for b in sent.blocks).split(label)
-        assert len(after_label) == 2 and after_label[1].startswith("I"), window  # the label, then its picture
+        pictured.add(len(after_label) == 2)
+        if len(after_label) == 2:
+            assert after_label[1].startswith("I"), window  # the label, then its picture
+        else:
+            assert not any(isinstance(b, ImageBlock) for b in sent.blocks), window
+            assert "attached picture does not fit in scripted's" in caplog.text
+            assert "[ATTACHED IMAGE] The user’s attached image shows" in sent.content, window
         assert content_tokens(sent.blocks) <= window - REPLY_TOKENS, window
         cut += sent.content.count("[session ") < 12
-    assert cut, "some window cuts the context"
+    assert cut and pictured == {True, False}, "windows from no room for the picture to room for every block"
