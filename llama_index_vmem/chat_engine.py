@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 import os
 from dataclasses import replace
 from itertools import takewhile
@@ -48,6 +49,8 @@ from .messages import query_from_message, today
 from .node_parser import INSTRUCTION_ROLES, RoundInput, round_spans
 from .query_engine import REPLY_TOKENS, AnswerRequest, VMemQueryEngine
 from .retriever import session_filter
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -93,13 +96,18 @@ class VMemChatEngine(BaseChatEngine):
         **query_engine_kwargs: Any,
     ) -> VMemChatEngine:
         """``query_engine_kwargs`` go to ``index.as_query_engine`` (``delivery``, ``image_budget``, ``k``, ...).
-        Exchanges are stored under ``session_id``; without one, under the session ``filters`` reads
-        where it reads one, so a chat kept to a session recalls what was said in it."""
+        Exchanges are stored under ``session_id``; without one, under the session ``filters`` reads,
+        so a chat kept to a session recalls what was said in it (one kept to several must say which)."""
         if "streaming" in query_engine_kwargs:  # the query engine's option would be taken and do nothing here
             raise TypeError("a chat engine streams through stream_chat() and astream_chat(); it takes no streaming=")
         sessions = session_filter(query_engine_kwargs.get("filters"))
-        if session_id is None and sessions is not None and len(sessions) == 1:
+        if sessions is not None and session_id is None:
+            if len(sessions) > 1:
+                raise VMemInputError("session_id", f"is needed: filters keep the chat to sessions {', '.join(sessions)}; "
+                                                   "name the one its exchanges go in, or they are never recalled")
             [session_id] = sessions
+        elif sessions is not None and str(session_id) not in sessions:
+            logger.warning("chat exchanges go in session %s, which filters leave out: this chat will not recall them", session_id)
         query_engine = index.as_query_engine(llm=llm, **query_engine_kwargs)
         window = query_engine.llm.metadata.context_window
         if window <= REPLY_TOKENS:

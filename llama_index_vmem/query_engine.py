@@ -131,32 +131,35 @@ class VMemQueryEngine(BaseQueryEngine):
         """The prompt's messages around the delivered blocks (then the attached picture and its note), within
         ``room`` tokens, and the nodes delivered (the answer's sources): blocks that would not fit
         are left out, least relevant first, and a best block too long alone is cut after a whole line.
-        The attached picture's room is set aside first, so a cut never sends its label alone; where
-        the prompt leaves no room for the picture, its note describes it instead."""
-        def left(extra: List[ContentBlock]) -> int:
-            return room - messages_tokens(prompt_messages(prompt, extra, self.llm, question=query_bundle.query_str))
+        The attached picture's room is set aside first, so a cut never sends its label alone. Memory
+        comes before the picture: where the picture would leave no room for any, or there is no room
+        for the picture, its note describes it instead."""
+        question = query_bundle.query_str
+
+        def fitted(extra: List[ContentBlock]) -> Tuple[List[ContentBlock], List[NodeWithScore], bool]:
+            budget = room - messages_tokens(prompt_messages(prompt, extra, self.llm, question=question))
+            context = self.deliverer.deliver(fit(nodes, budget, self.deliverer.mode is DeliveryMode.PIXELS))
+            too_long = content_tokens(context) > budget
+            if too_long:
+                context = cut(context, budget)
+            return context, _sent(context, nodes), too_long
 
         attachment = self.deliverer.attachment(query_bundle)
         note: List[ContentBlock] = []
         if query_bundle.image_path or schema.query_image_caption(query_bundle):
             note.append(TextBlock(text=f"\n\n{self._image_note(query_bundle, result)}"))
-        budget = left(attachment + note)
-        if budget < 0 and attachment:
-            logger.warning("the attached picture does not fit in %s's %d-token window (less %d for the answer): "
-                           "it is sent as its note only", self.llm.metadata.model_name,
+        context, sent, too_long = fitted(attachment + note)
+        if attachment and too_long and not sent:
+            logger.warning("the attached picture leaves no room for memory in %s's %d-token window (less %d for the "
+                           "answer): it is sent as its note only", self.llm.metadata.model_name,
                            self.llm.metadata.context_window, REPLY_TOKENS)
-            attachment, budget = [], left(note)
-        nodes = fit(nodes, budget, self.deliverer.mode is DeliveryMode.PIXELS)
-        context = self.deliverer.deliver(nodes)
-        too_long = content_tokens(context) > budget
-        if too_long:
-            context = cut(context, budget)
-        nodes = _sent(context, nodes)
-        if too_long and not nodes:
+            attachment = []
+            context, sent, too_long = fitted(note)
+        if too_long and not sent:
             logger.warning("the answer prompt leaves no room for memory in %s's %d-token window (less %d for the "
                            "answer): it is sent without context", self.llm.metadata.model_name,
                            self.llm.metadata.context_window, REPLY_TOKENS)
-        return prompt_messages(prompt, context + attachment + note, self.llm, question=query_bundle.query_str), nodes
+        return prompt_messages(prompt, context + attachment + note, self.llm, question=question), sent
 
     def _image_note(self, query_bundle: QueryBundle, result: RetrievalResult) -> str:
         caption = schema.query_image_caption(query_bundle) or _NO_DESCRIPTION

@@ -311,16 +311,23 @@ def test_memory_block_text_recall_and_empty_memory(make_index, photos, tmp_path)
 # -- the chat engine --------------------------------------------------------------------------
 
 
-def test_a_chat_filtered_to_a_session_stores_its_exchanges_in_that_session(make_index, photos):
+def test_a_chat_filtered_to_a_session_stores_its_exchanges_in_that_session(make_index, photos, caplog):
     """``filters=`` one session with no ``session_id=`` stored the chat's exchanges in no session,
-    so the next chat filtered to that session never recalled them; they now go in that session,
-    and a ``session_id=`` given beside the filter is kept."""
-    from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
+    so the next chat filtered to that session never recalled them; they now go in that session.
+    A ``session_id=`` given beside the filter is kept, with a warning where the filter leaves it
+    out, and a chat kept to several sessions must name one."""
+    from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
     index = _memory(make_index, photos)
     d2 = MetadataFilters(filters=[MetadataFilter(key="session_id", value="D2")])
     index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=d2).chat("Mochi's favourite toy is a felt mouse.")
-    index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=d2, session_id="C9").chat("Mochi sleeps on the sofa.")
+    with caplog.at_level("WARNING", logger="llama_index_vmem.chat_engine"):
+        index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=d2, session_id="C9").chat("Mochi sleeps on the sofa.")
+    assert "chat exchanges go in session C9, which filters leave out" in caplog.text
+    both = MetadataFilters(filters=[MetadataFilter(key="session_id", value=["D1", "D2"], operator=FilterOperator.IN)])
+    with pytest.raises(VMemInputError, match="^session_id: is needed: filters keep the chat to sessions D1, D2"):
+        index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=both)
+    index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=both, session_id="D1")
     assert [r.round.metadata["session_id"] for r in index.rounds()][-2:] == ["D2", "C9"]
     llm = ScriptedLLM(default="A felt mouse.")
     index.as_chat_engine(llm=llm, filters=d2).chat("What is Mochi's favourite toy?")

@@ -672,8 +672,9 @@ def test_a_query_that_is_neither_text_nor_a_query_bundle_is_refused_by_name(make
 def test_a_cut_context_keeps_the_attached_picture_with_its_label(make_index, photos, scripted_llm, caplog):
     """Pixels delivery ends with the user's attached picture, under its label. Before, the window's
     cut came from the end, so a tight window dropped the picture and sent its label alone, naming a
-    picture the model never saw; the picture's room is now set aside before the memory is fitted,
-    and where the prompt leaves no room for it, label and picture go and the note describes it."""
+    picture the model never saw; the picture's room is now set aside before the memory is fitted.
+    Memory comes first: where the picture would leave no room for any, label and picture go and
+    the note describes it."""
     from llama_index_vmem.delivery import content_tokens
     from llama_index_vmem.query_engine import REPLY_TOKENS
 
@@ -693,9 +694,10 @@ def test_a_cut_context_keeps_the_attached_picture_with_its_label(make_index, pho
         pictured.add(len(after_label) == 2)
         if len(after_label) == 2:
             assert after_label[1].startswith("I"), window  # the label, then its picture
+            assert "[session " in sent.content, window  # and memory with it
         else:
             assert not any(isinstance(b, ImageBlock) for b in sent.blocks), window
-            assert "attached picture does not fit in scripted's" in caplog.text
+            assert "attached picture leaves no room for memory in scripted's" in caplog.text
             assert "[ATTACHED IMAGE] The user’s attached image shows" in sent.content, window
         assert content_tokens(sent.blocks) <= window - REPLY_TOKENS, window
         cut += sent.content.count("[session ") < 12

@@ -317,9 +317,12 @@ def test_a_store_that_lost_its_manifest_is_refused_not_started_afresh(tmp_path, 
 def test_a_manifest_removed_while_the_store_is_open_is_written_again(tmp_path, minilm, tiny_siglip, caplog):
     """With the store open in this process, a removed manifest made the next memory's open fail as
     "open in another process" (this process's own lock); the open store knows what it held, so it
-    writes it again, warning, and the memories open and keep what they hold."""
-    def open_(memory_id):
-        return VMemIndex.from_defaults(path=tmp_path / "m", memory_id=memory_id, embed_model=minilm, image_encoder=tiny_siglip)
+    writes it again, warning, on the next open or its close. Only what the shards were opened with
+    is written: not a manifest refused meanwhile, and not beside shard folders replaced under it."""
+    import shutil
+
+    def open_(memory_id, path=tmp_path / "m"):
+        return VMemIndex.from_defaults(path=path, memory_id=memory_id, embed_model=minilm, image_encoder=tiny_siglip)
 
     manifest = tmp_path / "m" / "qdrant" / "manifest.json"
     with open_("a") as first:
@@ -330,8 +333,26 @@ def test_a_manifest_removed_while_the_store_is_open_is_written_again(tmp_path, m
             second.add_round(user="I live in Lisbon.", assistant="Nice.")
         assert "manifest.json was removed while the store was open: written again" in caplog.text
         assert manifest.read_bytes() == kept and len(first) == 1
+        manifest.write_text("{ not json")
+        with pytest.raises(ValueError, match="manifest.json cannot be read"):
+            open_("b")
+        manifest.unlink()  # removed again: the one written is what the shards were opened with
+    assert manifest.read_bytes() == kept, "written again when the store closed"
     with open_("a") as first, open_("b") as second:
         assert (len(first), len(second)) == (1, 1)
+    with open_("other", tmp_path / "o") as other:
+        other.add_round(user="Another store's round.", assistant="Ok.")
+    store, aside = tmp_path / "m" / "qdrant", tmp_path / "aside"
+    with open_("a"):
+        store.rename(aside)  # another store's shards in its place, without their manifest
+        shutil.copytree(tmp_path / "o" / "qdrant", store)
+        manifest.unlink()
+        with pytest.raises(RuntimeError, match="was moved, replaced or removed while open in this process"):
+            open_("b")
+        assert not manifest.exists()
+        shutil.rmtree(store)
+        aside.rename(store)
+    assert manifest.read_bytes() == kept
 
 
 def test_a_store_being_made_by_another_handle_is_not_made_afresh_under_it(tmp_path):

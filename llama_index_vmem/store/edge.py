@@ -46,21 +46,21 @@ class EdgeLaneStore(LaneStore):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._shards: Dict[Collection, qe.EdgeShard] = {}
-        #: The manifest the open shards were checked against, to write again if it is removed under them.
+        #: The manifest the open shards passed and the folders they are in (``_folders``), so that a
+        #: manifest removed under them, and only under them, can be written again.
         self._manifest_text = ""
+        self._folders: Dict[Collection, Tuple[int, int]] = {}
         self._refs = 0
         self._lock = threading.Lock()
 
     def ensure_collections(self, dims: LaneDims, manifest: Dict[str, Any]) -> None:
         with self._lock:
             manifest_path = self.path / MANIFEST
-            if self._shards and not manifest_path.exists():  # this process's lock would read as another's
-                logger.warning("store at %s: %s was removed while the store was open: written again", self.path, MANIFEST)
-                write_atomically(manifest_path, lambda tmp: tmp.write_text(self._manifest_text), durable=True)
+            self._restore_manifest()  # else this process's own lock would read as another process's
             if manifest_path.exists():  # checked for every memory opened, not only the first
                 try:
-                    self._manifest_text = manifest_path.read_text()
-                    stored = json.loads(self._manifest_text)
+                    text = manifest_path.read_text()
+                    stored = json.loads(text)
                 except ValueError as e:
                     raise ValueError(f"store at {self.path}: {MANIFEST} cannot be read ({e}); restore it from a backup") from None
                 sizes = stored.pop(SIZES_KEY, None)
@@ -70,7 +70,7 @@ class EdgeLaneStore(LaneStore):
                 if sizes is not None and sizes != _sizes(dims):  # one model name, another size (dimensions=, truncate_dim)
                     raise ValueError(f"store at {self.path} holds vectors of sizes {sizes}; this memory's encoders make {_sizes(dims)}")
                 if not self._shards:
-                    self._shards.update(self._load())
+                    self._hold(self._load(), text)
                 return
             self.path.mkdir(parents=True, exist_ok=True)
             self._refuse_points_without_manifest()
@@ -79,8 +79,37 @@ class EdgeLaneStore(LaneStore):
                 # manifest is written last and nothing is stored before it), so start it afresh.
                 shutil.rmtree(self.path / c.value, ignore_errors=True)
                 self._shards[c] = _with_indexes(qe.EdgeShard.create(str(self.path / c.value), _config(c, dims)))
-            self._manifest_text = json.dumps({**manifest, SIZES_KEY: _sizes(dims)}, indent=2, sort_keys=True)
-            write_atomically(manifest_path, lambda tmp: tmp.write_text(self._manifest_text), durable=True)
+            text = json.dumps({**manifest, SIZES_KEY: _sizes(dims)}, indent=2, sort_keys=True)
+            write_atomically(manifest_path, lambda tmp: tmp.write_text(text), durable=True)
+            self._hold({}, text)
+
+    def _hold(self, shards: Dict[Collection, qe.EdgeShard], manifest_text: str) -> None:
+        self._shards.update(shards)
+        self._manifest_text = manifest_text
+        self._folders = self._folder_identities()
+
+    def _folder_identities(self) -> Dict[Collection, Tuple[int, int]]:
+        """Which folders the shards' names lead to now: a folder moved or replaced is another one."""
+        found: Dict[Collection, Tuple[int, int]] = {}
+        for c in Collection:
+            try:
+                st = (self.path / c.value).stat()
+            except OSError:
+                continue
+            found[c] = (st.st_dev, st.st_ino)
+        return found
+
+    def _restore_manifest(self) -> None:
+        """Write the manifest again where it was removed while this process holds the shards. It is
+        refused where the shard folders are no longer the ones opened (moved or replaced): there the
+        manifest would vouch for vectors it never checked."""
+        if not self._shards or (self.path / MANIFEST).exists():
+            return
+        if self._folder_identities() != self._folders:
+            raise RuntimeError(f"store at {self.path} was moved, replaced or removed while open in this process: "
+                               "close its memories and open the store where it is now")
+        logger.warning("store at %s: %s was removed while the store was open: written again", self.path, MANIFEST)
+        write_atomically(self.path / MANIFEST, lambda tmp: tmp.write_text(self._manifest_text), durable=True)
 
     def _refuse_points_without_manifest(self) -> None:
         """Shards with points but no manifest lost their manifest (a copy that left it out, a
@@ -170,6 +199,10 @@ class EdgeLaneStore(LaneStore):
             if self._refs > 0:
                 return
             _registry.pop(str(self.path), None)
+            try:
+                self._restore_manifest()  # else the next open is refused for points without one
+            except RuntimeError as e:
+                logger.warning("%s", e)
             for shard in self._shards.values():
                 shard.flush()
                 shard.close()
