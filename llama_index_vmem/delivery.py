@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import io
 import logging
 import re
 from dataclasses import dataclass
@@ -241,17 +242,19 @@ def _borrowed_text(img: ImageNode) -> str:
     return f"\n[Image {img.metadata[schema.IMAGE_ID]}, shared in round {img.metadata[schema.ROUND_KEY]}] {img.text}".rstrip()
 
 
-def label_image(source: Union[str, Path], label: str, cache_dir: Path, max_side: int) -> Path:
-    """A copy of ``source``, downscaled to ``max_side``, with ``label`` stamped in its top-left corner.
+def label_image(source: Union[str, Path, bytes], label: str, cache_dir: Path, max_side: int) -> Path:
+    """A copy of ``source`` (a file, or its bytes where they were read already), downscaled to
+    ``max_side``, with ``label`` stamped in its top-left corner.
 
     The label's height is about 6% of the short side (at least 12 px), white on a dark box, so it
     stays legible at any size without covering the centre.
     """
-    digest = hashlib.sha256(Path(source).read_bytes() + f"\x00{label}\x00{max_side}".encode()).hexdigest()[:32]
+    data = source if isinstance(source, bytes) else Path(source).read_bytes()
+    digest = hashlib.sha256(data + f"\x00{label}\x00{max_side}".encode()).hexdigest()[:32]
     target = Path(cache_dir) / f"{digest}.png"
     if touch(target):
         return target
-    img = open_rgb(source)
+    img = open_rgb(io.BytesIO(data))
     img.thumbnail((max_side, max_side))
     font, origin, box = _stamp(img.size, label)
     draw = ImageDraw.Draw(img)
@@ -324,9 +327,9 @@ class Deliverer:
         if self.mode is DeliveryMode.TEXT or query is None or not query.image_path:
             return []
         image_path = local_query(self.index, query).image_path
-        self.index.load_query_image(image_path)  # refused as bad input naming it, as retrieval refuses it
+        image = self.index.load_query_image(image_path)  # refused as bad input naming it, as retrieval refuses it
         return [TextBlock(text=f"\n[attached image: the user's {ATTACHMENT_LABEL} picture]"),
-                ImageBlock(path=label_image(image_path, ATTACHMENT_LABEL, self.cache_dir, self.budget.max_side))]
+                ImageBlock(path=label_image(image.data, ATTACHMENT_LABEL, self.cache_dir, self.budget.max_side))]
 
     def _held(self, borrowed: Dict[int, List[ImageNode]]) -> Dict[int, List[ImageNode]]:
         """The borrowed images as this memory stores them. A node's own ``image_path`` is not read:
