@@ -191,6 +191,8 @@ class VMemQueryEngine(BaseQueryEngine):
                 "answer_prompt": result.plan.answer_prompt,
                 "anchors": {a.value: v.text for a, v in result.anchors.items()},
                 "reasons": list(result.plan.reasons),
+                # a picture was asked for, but no round holding or next to one matched: all rounds were ranked
+                "filter_fallback": result.filter_fallback,
                 "delivery": self.deliverer.mode.value,
             },
         )

@@ -134,6 +134,18 @@ def test_a_filter_of_several_sessions_keeps_retrieval_to_them(make_index, photos
     assert sessions(index.as_retriever(filters=MetadataFilters(filters=[]))) == {"D1", "D2", "D3"}
 
 
+def test_a_response_says_when_the_picture_filter_found_no_round(make_index, photos, scripted_llm):
+    """A question for a picture keeps to rounds holding one or next to one; where none matches (a
+    session without pictures), the ranking falls back to every round. Only ``retrieve_with_plan``
+    said so; the response's metadata now does too."""
+    index = _memory(make_index, photos)
+    question = "Show me the photo of my flat in Lisbon."
+    answers = {session: index.as_query_engine(llm=scripted_llm(default="ok"), filters=_in_session(session)).query(question)
+               for session in ("D1", "D2")}
+    assert {s: (a.metadata["case"], a.metadata["filter_fallback"]) for s, a in answers.items()} == {
+        "D1": ("text->image", False), "D2": ("text->image", True)}
+
+
 @pytest.mark.parametrize("filters", [
     MetadataFilters(filters=[MetadataFilter(key="user", value="Mochi")]),
     MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1", operator=FilterOperator.NE)]),
