@@ -48,7 +48,7 @@ from .memory_block import VMemMemoryBlock
 from .messages import query_from_message, today
 from .node_parser import INSTRUCTION_ROLES, RoundInput, round_spans
 from .query_engine import REPLY_TOKENS, AnswerRequest, VMemQueryEngine
-from .retriever import session_filter
+from .filters import read_filters
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class VMemChatEngine(BaseChatEngine):
         so a chat kept to a session recalls what was said in it (one kept to several must say which)."""
         if "streaming" in query_engine_kwargs:  # the query engine's option would be taken and do nothing here
             raise TypeError("a chat engine streams through stream_chat() and astream_chat(); it takes no streaming=")
-        sessions = session_filter(query_engine_kwargs.get("filters"))
+        sessions = read_filters(query_engine_kwargs.get("filters")).session_ids
         if sessions is not None and session_id is None:
             if len(sessions) > 1:
                 raise VMemInputError("session_id", f"is needed: filters keep the chat to sessions {', '.join(sessions)}; "

@@ -12,6 +12,7 @@ it: a killed forget is never left half done, sending forgotten words to the mode
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -85,8 +86,15 @@ def select(index: "VMemIndex", selection: Selection) -> List[Hit]:
     hits = index.store.scroll(Collection.ROUNDS, _scope(index, selection))
     if selection.since is None and selection.until is None:
         return hits
-    since = _as_time("since", selection.since) if selection.since is not None else None
-    until = _as_time("until", selection.until) if selection.until is not None else None
+    since = as_time("since", selection.since) if selection.since is not None else None
+    until = as_time("until", selection.until) if selection.until is not None else None
+    return within(hits, since, until)
+
+
+def within(hits: Iterable[Hit], since: Optional[datetime], until: Optional[datetime]) -> List[Hit]:
+    """The round records seen in ``since <= seen < until`` (None: unbounded), by each one's own timestamp;
+    one without a readable timestamp is never in a range. The one rule both ``select`` and retrieval's
+    time filter keep to."""
     out = []
     for h in hits:
         seen = read_time(h.payload.get(schema.TIMESTAMP))
@@ -273,7 +281,8 @@ def check_id(item: str, value: object) -> Optional[str]:
     return text
 
 
-def _as_time(name: str, value: TimeLike) -> datetime:
+def as_time(name: str, value: TimeLike) -> datetime:
+    """``value`` read as a time, or an error naming ``name``."""
     seen = read_time(value)
     if seen is None:
         raise VMemInputError(name, f"is not a date or time: {value!r}")
@@ -292,12 +301,20 @@ def read_time(value: object) -> Optional[datetime]:
             return None
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day)
-    if isinstance(value, str) and _YEAR.search(value):  # fuzzy parsing reads "Round 12" as a date
-        try:
-            return _without_zone(dateparser.parse(value, fuzzy=True, default=_PERIOD_START))
-        except (ValueError, OverflowError):
-            return None
+    if isinstance(value, str):
+        return _read_text_time(value)
     return None
+
+
+@functools.lru_cache(maxsize=2**16)
+def _read_text_time(value: str) -> Optional[datetime]:
+    """Cached: a time filter reads every round's timestamp at each retrieval, and parsing is the cost."""
+    if not _YEAR.search(value):  # fuzzy parsing reads "Round 12" as a date
+        return None
+    try:
+        return _without_zone(dateparser.parse(value, fuzzy=True, default=_PERIOD_START))
+    except (ValueError, OverflowError):
+        return None
 
 
 def _without_zone(t: datetime) -> datetime:

@@ -22,17 +22,18 @@ from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent,
 from llama_index.core.llms.utils import LLMType
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import ImageNode, NodeWithScore, QueryBundle, QueryType, TextNode
-from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
+from llama_index.core.vector_stores.types import MetadataFilters
 
 from . import neighbours, schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
 from .errors import VMemInputError
 from .fusion import Fused, carry_forward, rank_rounds, round_of, rrf, unit_of, units_covering
-from .lifecycle import check_id
+from .filters import read_filters
+from .lifecycle import within
 from .models import as_llm
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
-from .store.base import Collection, Hit
+from .store.base import Collection, Hit, Scope
 
 if TYPE_CHECKING:
     from .index import VMemIndex
@@ -93,32 +94,6 @@ def check_query(query: Any) -> QueryType:
     return query
 
 
-def session_filter(filters: Optional[MetadataFilters]) -> Optional[Tuple[str, ...]]:
-    """The sessions a stock ``MetadataFilters`` narrows retrieval to (None: every session). The store
-    filters V-Mem's lanes by memory and session, so ``session_id ==`` one session, ``in`` a list, or
-    several ``==`` joined by OR are taken; any other filter is refused by name, since ignoring it would
-    return rounds the caller meant to keep out. An empty filter list is no filter, as in stock retrievers."""
-    if filters is None or (isinstance(filters, MetadataFilters) and not filters.filters):
-        return None
-    leaves = filters.filters if isinstance(filters, MetadataFilters) else [None]
-    condition = filters.condition if len(leaves) > 1 else getattr(filters, "condition", None)
-    taken = all(isinstance(f, MetadataFilter) and f.key == schema.SESSION_ID and _session_values(f) for f in leaves)
-    if not taken or condition == FilterCondition.NOT or (len(leaves) > 1 and condition != FilterCondition.OR):
-        raise VMemInputError("filters", "V-Mem filters retrieval by session: MetadataFilters(filters=[MetadataFilter("
-                                        "key='session_id', value=...)]), value=[...] with operator=FilterOperator.IN, or "
-                                        f"several joined by condition=FilterCondition.OR; got {filters!r:.300}")
-    return tuple(dict.fromkeys(check_id("filters session_id", v) for f in leaves for v in _session_values(f)))
-
-
-def _session_values(leaf: MetadataFilter) -> List[Any]:
-    """The sessions one ``session_id`` filter names: its value (``==``) or its non-empty list (``in``); none otherwise."""
-    if leaf.operator == FilterOperator.EQ and leaf.value is not None and not isinstance(leaf.value, list):
-        return [leaf.value]
-    if leaf.operator == FilterOperator.IN and isinstance(leaf.value, list):
-        return list(leaf.value)
-    return []
-
-
 class VMemRetriever(BaseRetriever):
     """Modality-routed retrieval over one memory of a ``VMemIndex``."""
 
@@ -136,8 +111,8 @@ class VMemRetriever(BaseRetriever):
     ) -> None:
         super().__init__(callback_manager=callback_manager, verbose=verbose)
         self._index = index
-        #: The sessions retrieval is kept to (None: all), from ``filters``.
-        self.session_ids = session_filter(filters)
+        #: The sessions and time range retrieval is kept to, from ``filters`` (see ``filters.py``).
+        self.filter = read_filters(filters)
         self.config = config or index.config
         self.router = router or ModalityRouter()
         llm = as_llm(llm)
@@ -199,14 +174,17 @@ class VMemRetriever(BaseRetriever):
         if not schema.visible(query_bundle.query_str) and not query_bundle.image_path and not schema.query_image_caption(query_bundle):
             raise VMemInputError("query", "is empty: ask with text, an image, or both")  # it would rank rounds at random
         plan = self.route(query_bundle, **overrides)
+        allowed = self._rounds_in_time()
+        if allowed is not None and not allowed:  # no round in the time range: nothing to rank, no LLM to ask
+            return RetrievalResult(plan, {}, [], [])
         anchors = {a: self._anchor(a, query_bundle, plan.config) for a in plan.anchors}
         eligible = self._eligible_rounds(plan)
-        rankings, fused, payloads = self._rank(plan, anchors, query_bundle, eligible)
+        rankings, fused, payloads = self._rank(plan, anchors, query_bundle, self._scopes(eligible, allowed))
         if eligible is not None:
             fused = [r for r in fused if r.round_id in eligible]
         fallback = eligible is not None and not fused
-        if fallback:  # the filter would remove every candidate: keep the unfiltered ranking
-            rankings, fused, payloads = self._rank(plan, anchors, query_bundle, None)
+        if fallback:  # the picture filter would remove every candidate: keep the ranking without it
+            rankings, fused, payloads = self._rank(plan, anchors, query_bundle, self._scopes(None, allowed))
         top = fused[: plan.k] if plan.round_level else units_covering(fused, plan.k)
         nodes = self._nodes(plan, anchors, top, payloads)
         visual = next((h for s in plan.signals if s.is_visual for h in rankings[s.name][:1]), None)
@@ -214,13 +192,13 @@ class VMemRetriever(BaseRetriever):
         return RetrievalResult(plan, anchors, top, nodes, visual_match=visual, filter_fallback=fallback)
 
     def _rank(
-        self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], query: QueryBundle, eligible: Optional[Set[str]]
+        self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], query: QueryBundle, scopes: Mapping[Collection, Scope]
     ) -> Tuple[Dict[str, List[Hit]], List[Fused], Dict[str, Mapping[str, Any]]]:
         """Per-signal rankings, the fused ranking, and the candidate rounds' payloads where the photo-round
         carry read them (so building the returned rounds does not read them again)."""
         pool = max(plan.config.candidate_pool, plan.k)  # a widened k (aggregation) gets enough candidates
         key = round_of if plan.round_level else unit_of
-        rankings = {s.name: rank_rounds(self._search(s, anchors[s.anchor], eligible, pool), key) for s in plan.signals}
+        rankings = {s.name: rank_rounds(self._search(s, anchors[s.anchor], scopes[s.collection], pool), key) for s in plan.signals}
         fused = rrf(rankings, plan.config.rrf_kappa, key)
         payloads: Dict[str, Mapping[str, Any]] = {}
         if plan.follow_up_weight:
@@ -273,11 +251,28 @@ class VMemRetriever(BaseRetriever):
         neighbours within the window (None when the plan has no filter)."""
         if plan.image_filter_window is None:
             return None
-        image_units = self._index.store.scroll(Collection.IMAGE, self._index.scope(session_ids=self.session_ids))
+        image_units = self._index.store.scroll(Collection.IMAGE, self._index.scope(session_ids=self.filter.session_ids))
         image_rounds = neighbours.round_payloads(self._index, {h.payload[schema.ROUND_ID] for h in image_units})
         return neighbours.within(self._index, image_rounds, plan.image_filter_window)
 
-    def _search(self, signal: Signal, anchor: AnchorValue, eligible: Optional[Set[str]], pool: int) -> List[Hit]:
+    def _rounds_in_time(self) -> Optional[Set[str]]:
+        """Ids of the filter's rounds inside its time range (None when it has none). Read from the round
+        store at each retrieval, so rounds added since are in it; ``list_rounds`` reads a range the same way."""
+        if not self.filter.timed:
+            return None
+        rounds = self._index.store.scroll(Collection.ROUNDS, self._index.scope(session_ids=self.filter.session_ids),
+                                          keys=[schema.TIMESTAMP])
+        return {h.id for h in within(rounds, self.filter.since, self.filter.until)}
+
+    def _scopes(self, eligible: Optional[Set[str]], allowed: Optional[Set[str]]) -> Dict[Collection, Scope]:
+        """Each lane's search scope: the filter's sessions and rounds in its time range (``allowed``), and in
+        the text lane only the rounds the picture filter keeps (``eligible``), since images hold no text."""
+        text = eligible if allowed is None else allowed if eligible is None else eligible & allowed
+        ids = {Collection.TEXT: text, Collection.IMAGE: allowed}
+        return {c: self._index.scope(round_ids=tuple(sorted(i)) if i is not None else None, session_ids=self.filter.session_ids)
+                for c, i in ids.items()}
+
+    def _search(self, signal: Signal, anchor: AnchorValue, scope: Scope, pool: int) -> List[Hit]:
         index = self._index
         if signal.vector == schema.VISUAL:
             vector: Any = index.encode_query_image(anchor.text)
@@ -289,8 +284,6 @@ class VMemRetriever(BaseRetriever):
             vector = list(anchor.embedding)
         else:
             vector = index.encode_query_text(anchor.text)
-        scope = index.scope(round_ids=tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None,
-                            session_ids=self.session_ids)
         if signal.vector == schema.VISUAL and index.region_tiles:  # the query image against every stored region
             return index.store.search(signal.collection, schema.VISUAL_REGIONS, [vector], scope, pool)
         return index.store.search(signal.collection, signal.vector, vector, scope, pool)

@@ -146,6 +146,56 @@ def test_a_response_says_when_the_picture_filter_found_no_round(make_index, phot
         "D1": ("text->image", False), "D2": ("text->image", True)}
 
 
+def _timed(*bounds, session=None):
+    leaves = [MetadataFilter(key="timestamp", value=value, operator=op) for op, value in bounds]
+    return MetadataFilters(filters=leaves + ([MetadataFilter(key="session_id", value=session)] if session else []))
+
+
+def _dated_memory(make_index):
+    index = make_index()
+    index.add_rounds([
+        {"round_key": "A:1", "session_id": "A", "timestamp": "2024-05-30 18:00", "user": "My cat Mochi hates the vet.", "assistant": "Poor Mochi."},
+        {"round_key": "A:2", "session_id": "A", "timestamp": "2024-06-01 09:00", "user": "Mochi caught a mouse today.", "assistant": "Wow."},
+        {"round_key": "B:1", "session_id": "B", "timestamp": "2024-06-15", "user": "Mochi slept on my laptop.", "assistant": "Cats."},
+        {"round_key": "B:2", "session_id": "B", "timestamp": "1:56 pm on 2 July, 2024", "user": "Mochi turned three.", "assistant": "Happy birthday!"},
+        {"round_key": "B:3", "session_id": "B", "user": "Mochi likes tuna.", "assistant": "Noted."},
+    ])
+    return index
+
+
+def test_a_time_filter_keeps_retrieval_to_rounds_seen_in_its_range(make_index):
+    """``timestamp`` filters were refused; they now keep retrieval to the rounds seen in the range, read as
+    ``list_rounds(since=, until=)`` reads one (any written date; a round without one is in no range)."""
+    index = _dated_memory(make_index)
+    question = "What did my cat Mochi do?"
+    keys = lambda filters: sorted(n.node.metadata["round_key"] for n in index.as_retriever(filters=filters).retrieve(question))
+    assert keys(None) == ["A:1", "A:2", "B:1", "B:2", "B:3"]
+    june = [(FilterOperator.GTE, "2024-06-01"), (FilterOperator.LT, "2024-07-01")]
+    assert keys(_timed(*june)) == ["A:2", "B:1"]
+    assert keys(_timed(*june, session="B")) == ["B:1"]
+    assert keys(_timed((FilterOperator.GT, "2024-06-01 09:00"))) == ["B:1", "B:2"], "GT leaves the bound out"
+    assert keys(_timed((FilterOperator.LTE, "2024-06-01 09:00"))) == ["A:1", "A:2"], "LTE keeps it"
+    assert keys(_timed((FilterOperator.GTE, "July 2024"))) == ["B:2"]
+    assert keys(_timed((FilterOperator.GTE, "2024-06-01"), (FilterOperator.GTE, "2024-06-10"))) == ["B:1", "B:2"], "bounds are ANDed"
+    assert keys(_timed((FilterOperator.GTE, "2025-01-01"))) == []
+    index.add_round(round_key="B:4", session_id="B", timestamp="2024-06-20", user="Mochi met the neighbour's dog.", assistant="Oh no.")
+    assert keys(_timed(*june)) == ["A:2", "B:1", "B:4"], "a round added after the retriever was made is in its range"
+
+
+def test_a_time_filter_holds_for_picture_questions_and_answers_with_no_memory_outside_it(make_index, photos, scripted_llm):
+    """The picture filter falls back to every round when none near a picture matches: it must fall back
+    to every round in the time range, and a range holding no round asks the LLM with no memory at all."""
+    index = _memory(make_index, photos)
+    question = "Show me the photo of my flat in Lisbon."
+    july = _timed((FilterOperator.GTE, "2024-07-01"))
+    result = index.as_retriever(filters=july).retrieve_with_plan(question)
+    assert result.plan.case.value == "text->image" and result.filter_fallback
+    assert [r.node.metadata["round_key"] for r in result.nodes] == ["D2:1"]
+    llm = scripted_llm(default="Information not found")
+    response = index.as_query_engine(llm=llm, filters=_timed((FilterOperator.LT, "2024-01-01"))).query("What is my cat called?")
+    assert response.source_nodes == [] and "Mochi" not in llm.prompts[-1] and "Lisbon" not in llm.prompts[-1]
+
+
 @pytest.mark.parametrize("filters", [
     MetadataFilters(filters=[MetadataFilter(key="user", value="Mochi")]),
     MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1", operator=FilterOperator.NE)]),
@@ -160,13 +210,19 @@ def test_a_response_says_when_the_picture_filter_found_no_round(make_index, phot
     MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1"), MetadataFilter(key="user", value="Mochi")],
                     condition=FilterCondition.OR),
     {"session_id": "D1"},
+    _timed((FilterOperator.EQ, "2024-06-17")),
+    _timed((FilterOperator.GTE, "not a date")),
+    _timed((FilterOperator.GTE, 1718582400)),
+    MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1"), MetadataFilter(key="timestamp", value="2024-06-17",
+                                                                                          operator=FilterOperator.GTE)],
+                    condition=FilterCondition.OR),
 ], ids=["other_key", "not_equal", "two_and", "nested", "empty_session", "no_session", "negated", "in_none", "in_empty_id",
-        "in_not_a_list", "or_other_key", "dict"])
+        "in_not_a_list", "or_other_key", "dict", "time_equal", "time_unreadable", "time_number", "time_or"])
 def test_a_filter_retrieval_cannot_apply_is_refused_by_name_not_ignored(make_index, photos, filters):
     index = _memory(make_index, photos)
     with pytest.raises(VMemInputError) as caught:
         index.as_retriever(filters=filters)
-    assert caught.value.item in ("filters", "filters session_id")
+    assert caught.value.item in ("filters", "filters session_id", "filters timestamp")
 
 
 @pytest.mark.parametrize("mode", ["query", "aquery"])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from qdrant_client import QdrantClient, models
 
-from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle
+from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle, schema
 from llama_index_vmem.store import Collection, Scope
 
 QUESTIONS = [
@@ -588,3 +588,15 @@ def test_reads_cover_every_page_of_a_scope(make_index, photos, monkeypatch):
     monkeypatch.setattr(base, "SCROLL_PAGE", 3)
     assert [r.round.metadata["round_key"] for r in index.rounds()] == ["D1:1", "D1:2", "D1:3", "D1:4"]
     assert len(index.store.points(Collection.TEXT, index.scope())) == 8, "user and assistant span of 4 rounds: 3 pages"
+
+
+def test_a_scroll_for_some_keys_reads_only_those_in_conversation_order(make_index, photos):
+    """A time filter reads every round's timestamp at each retrieval; whole payloads (texts and all)
+    were most of that cost, so a scroll can ask for the keys it needs."""
+    index = make_index()
+    index.add_rounds(_rounds(photos))
+    whole = index.store.scroll(Collection.ROUNDS, index.scope())
+    some = index.store.scroll(Collection.ROUNDS, index.scope(), keys=[schema.TIMESTAMP])
+    assert [h.id for h in some] == [h.id for h in whole]
+    assert all(set(h.payload) == {schema.TIMESTAMP, schema.SEQ} for h in some)
+    assert [h.payload[schema.TIMESTAMP] for h in some] == [h.payload[schema.TIMESTAMP] for h in whole]

@@ -183,9 +183,12 @@ class LaneStore(abc.ABC):
     def _query(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
         """At most ``limit`` of the best points in scope, in any order (``scope`` is not empty)."""
 
-    def scroll(self, collection: Collection, scope: Scope, limit: Optional[int] = None) -> List[Hit]:
-        """Points in scope ordered by ``seq`` (then unit index), up to ``limit``."""
-        hits = [Hit(str(r.id), 0.0, dict(r.payload or {})) for r in self.records(collection, scope, with_vectors=False)]
+    def scroll(self, collection: Collection, scope: Scope, limit: Optional[int] = None,
+               keys: Optional[Sequence[str]] = None) -> List[Hit]:
+        """Points in scope ordered by ``seq`` (then unit index), up to ``limit``. With ``keys``, each
+        payload holds only those (and the order's): reading whole payloads is most of a scroll's cost."""
+        payload = True if keys is None else list(dict.fromkeys([*keys, schema.SEQ, schema.UNIT_INDEX]))
+        hits = [Hit(str(r.id), 0.0, dict(r.payload or {})) for r in self.records(collection, scope, False, payload)]
         hits.sort(key=_conversation_order)
         return hits[:limit] if limit is not None else hits
 
@@ -194,22 +197,24 @@ class LaneStore(abc.ABC):
         return [PointData(str(r.id), dict(r.payload or {}), {n: _from_vector(v) for n, v in (r.vector or {}).items()})
                 for r in self.records(collection, scope, with_vectors=True)]
 
-    def records(self, collection: Collection, scope: Scope, with_vectors: bool) -> List[Any]:
-        """The backend's own records in scope, every page: each has ``id``, ``payload`` and ``vector``."""
+    def records(self, collection: Collection, scope: Scope, with_vectors: bool, payload: Union[bool, List[str]] = True) -> List[Any]:
+        """The backend's own records in scope, every page: each has ``id``, ``payload`` (all keys, or the
+        ones listed) and ``vector``."""
         if scope.is_empty:
             return []
         out: List[Any] = []
         offset = None
         while True:
-            page, offset = self._page(collection, scope, with_vectors, offset, SCROLL_PAGE)
+            page, offset = self._page(collection, scope, with_vectors, payload, offset, SCROLL_PAGE)
             out.extend(page)
             if offset is None:
                 return out
 
     @abc.abstractmethod
-    def _page(self, collection: Collection, scope: Scope, with_vectors: bool, offset: Any, limit: int) -> Tuple[List[Any], Any]:
+    def _page(self, collection: Collection, scope: Scope, with_vectors: bool, payload: Union[bool, List[str]], offset: Any,
+              limit: int) -> Tuple[List[Any], Any]:
         """One page of records in scope from ``offset`` (``None``: the first), and the next page's offset
-        (``None`` after the last); ``scope`` is not empty."""
+        (``None`` after the last); ``scope`` is not empty. ``payload``: every key, or these only."""
 
     @abc.abstractmethod
     def count(self, collection: Collection, scope: Scope) -> int: ...

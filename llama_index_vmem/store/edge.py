@@ -159,9 +159,10 @@ class EdgeLaneStore(LaneStore):
         )
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found]
 
-    def _page(self, collection: Collection, scope: Scope, with_vectors: bool, offset: Any, limit: int) -> Tuple[List[Any], Any]:
+    def _page(self, collection: Collection, scope: Scope, with_vectors: bool, payload: Union[bool, List[str]], offset: Any,
+              limit: int) -> Tuple[List[Any], Any]:
         return self._shards[collection].scroll(qe.ScrollRequest(
-            offset=offset, limit=limit, filter=_filter(scope), with_payload=True, with_vector=with_vectors))
+            offset=offset, limit=limit, filter=_filter(scope), with_payload=payload, with_vector=with_vectors))
 
     def count(self, collection: Collection, scope: Scope) -> int:
         if scope.is_empty:

@@ -101,9 +101,10 @@ class ServerLaneStore(LaneStore):
         )
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
 
-    def _page(self, collection: Collection, scope: Scope, with_vectors: bool, offset: Any, limit: int) -> Tuple[List[Any], Any]:
+    def _page(self, collection: Collection, scope: Scope, with_vectors: bool, payload: Union[bool, List[str]], offset: Any,
+              limit: int) -> Tuple[List[Any], Any]:
         return self.client.scroll(self.name(collection), scroll_filter=_filter(scope), limit=limit, offset=offset,
-                                  with_payload=True, with_vectors=with_vectors)
+                                  with_payload=payload, with_vectors=with_vectors)
 
     def count(self, collection: Collection, scope: Scope) -> int:
         if scope.is_empty:
