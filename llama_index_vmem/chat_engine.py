@@ -100,13 +100,14 @@ class VMemChatEngine(BaseChatEngine):
         so a chat kept to a session recalls what was said in it (one kept to several must say which)."""
         if "streaming" in query_engine_kwargs:  # the query engine's option would be taken and do nothing here
             raise TypeError("a chat engine streams through stream_chat() and astream_chat(); it takes no streaming=")
-        sessions = read_filters(query_engine_kwargs.get("filters")).session_ids
+        kept = read_filters(query_engine_kwargs.get("filters"))
+        sessions = kept.session_ids
         if sessions is not None and session_id is None:
             if len(sessions) > 1:
                 raise VMemInputError("session_id", f"is needed: filters keep the chat to sessions {', '.join(sessions)}; "
                                                    "name the one its exchanges go in, or they are never recalled")
             [session_id] = sessions
-        elif sessions is not None and str(session_id) not in sessions:
+        elif not kept.keeps_session(None if session_id is None else str(session_id)):
             logger.warning("chat exchanges go in session %s, which filters leave out: this chat will not recall them", session_id)
         query_engine = index.as_query_engine(llm=llm, **query_engine_kwargs)
         window = query_engine.llm.metadata.context_window

@@ -4,8 +4,10 @@ The store narrows V-Mem's lanes by session, and a time range by each round's own
 as ``list_rounds`` and ``forget`` read ``since``/``until``), so these filters are taken:
 
 * ``session_id``: ``==`` one session, ``in`` a list, or several ``==`` joined by OR;
+* ``session_id`` ``!=`` one session or ``not in`` a list (a round with no session is in none, as
+  in LlamaIndex's own vector store), and
 * ``timestamp``: ``>``, ``>=``, ``<``, ``<=`` a date or time written as text (``"2024-06-17"``,
-  ``"1:56 pm on 8 May, 2023"``), any number joined by AND, with at most one ``session_id`` filter.
+  ``"1:56 pm on 8 May, 2023"``), any number of either joined by AND, with at most one of the first.
 
 Any other filter is refused by name: ignoring it would return rounds the caller meant to keep out.
 """
@@ -26,8 +28,9 @@ from .lifecycle import as_time, check_id
 TICK = timedelta(microseconds=1)
 _LOWER = (FilterOperator.GT, FilterOperator.GTE)
 _UPPER = (FilterOperator.LT, FilterOperator.LTE)
+_EXCLUDE = (FilterOperator.NE, FilterOperator.NIN)
 _USAGE = ("V-Mem filters retrieval by session and time: MetadataFilter(key='session_id', value=...) (or value=[...] "
-          "with operator=FilterOperator.IN, or several joined by condition=FilterCondition.OR), and "
+          "with operator=FilterOperator.IN, or several joined by condition=FilterCondition.OR), operator NE or NIN, and "
           "MetadataFilter(key='timestamp', value='2024-06-17', operator=FilterOperator.GTE) (GT, GTE, LT, LTE), "
           "joined by AND")
 
@@ -38,6 +41,8 @@ class RetrievalFilter:
 
     #: Rounds of these sessions (None: of every session).
     session_ids: Optional[Tuple[str, ...]] = None
+    #: Rounds of none of these sessions (a round with no session is of none).
+    excluded_session_ids: Optional[Tuple[str, ...]] = None
     #: Rounds seen at or after this (naive, UTC where the text named a zone).
     since: Optional[datetime] = None
     #: Rounds seen before this.
@@ -47,6 +52,12 @@ class RetrievalFilter:
     def timed(self) -> bool:
         return self.since is not None or self.until is not None
 
+    def keeps_session(self, session_id: Optional[str]) -> bool:
+        """Whether rounds stored in ``session_id`` (None: in no session) pass the session filters."""
+        if self.session_ids is not None and session_id not in self.session_ids:
+            return False
+        return session_id is None or session_id not in (self.excluded_session_ids or ())
+
 
 def read_filters(filters: Optional[MetadataFilters]) -> RetrievalFilter:
     """``filters`` as V-Mem applies them; an empty filter list is no filter, as in stock retrievers."""
@@ -55,25 +66,37 @@ def read_filters(filters: Optional[MetadataFilters]) -> RetrievalFilter:
     leaves = filters.filters if isinstance(filters, MetadataFilters) else [None]
     if not all(isinstance(f, MetadataFilter) for f in leaves) or filters.condition == FilterCondition.NOT:
         raise VMemInputError("filters", f"{_USAGE}; got {filters!r:.300}")
-    sessions = [f for f in leaves if f.key == schema.SESSION_ID and _session_values(f)]
-    times = [f for f in leaves if f.key == schema.TIMESTAMP and f.operator in _LOWER + _UPPER]
+    kinds = [_kind(f) for f in leaves]
     either = len(leaves) > 1 and filters.condition == FilterCondition.OR
-    if len(sessions) + len(times) < len(leaves) or (either and times) or (not either and len(sessions) > 1):
+    if None in kinds or (either and set(kinds) != {"in"}) or (not either and kinds.count("in") > 1):
         raise VMemInputError("filters", f"{_USAGE}; got {filters!r:.300}")
-    session_ids = tuple(dict.fromkeys(check_id("filters session_id", v) for f in sessions for v in _session_values(f)))
+    sessions = {kind: tuple(dict.fromkeys(check_id("filters session_id", v) for f, k in zip(leaves, kinds) if k == kind
+                                          for v in _session_values(f))) for kind in ("in", "out")}
+    times = [f for f, k in zip(leaves, kinds) if k == "time"]
     bounds = [(f.operator, _bound(f)) for f in times]
     return RetrievalFilter(
-        session_ids=session_ids or None,
+        session_ids=sessions["in"] or None,
+        excluded_session_ids=sessions["out"] or None,
         since=max((t + TICK if op == FilterOperator.GT else t for op, t in bounds if op in _LOWER), default=None),
         until=min((t + TICK if op == FilterOperator.LTE else t for op, t in bounds if op in _UPPER), default=None),
     )
 
 
+def _kind(leaf: MetadataFilter) -> Optional[str]:
+    """What one filter narrows by: ``"in"`` sessions, ``"out"`` (sessions left out), ``"time"``; None: nothing V-Mem applies."""
+    if leaf.key == schema.SESSION_ID and _session_values(leaf):
+        return "out" if leaf.operator in _EXCLUDE else "in"
+    if leaf.key == schema.TIMESTAMP and leaf.operator in _LOWER + _UPPER:
+        return "time"
+    return None
+
+
 def _session_values(leaf: MetadataFilter) -> List[Any]:
-    """The sessions one ``session_id`` filter names: its value (``==``) or its non-empty list (``in``); none otherwise."""
-    if leaf.operator == FilterOperator.EQ and leaf.value is not None and not isinstance(leaf.value, list):
+    """The sessions one ``session_id`` filter names: its value (``==``, ``!=``) or its non-empty list (``in``,
+    ``not in``); none otherwise."""
+    if leaf.operator in (FilterOperator.EQ, FilterOperator.NE) and leaf.value is not None and not isinstance(leaf.value, list):
         return [leaf.value]
-    if leaf.operator == FilterOperator.IN and isinstance(leaf.value, list):
+    if leaf.operator in (FilterOperator.IN, FilterOperator.NIN) and isinstance(leaf.value, list):
         return list(leaf.value)
     return []
 

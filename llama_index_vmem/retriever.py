@@ -251,7 +251,7 @@ class VMemRetriever(BaseRetriever):
         neighbours within the window (None when the plan has no filter)."""
         if plan.image_filter_window is None:
             return None
-        image_units = self._index.store.scroll(Collection.IMAGE, self._index.scope(session_ids=self.filter.session_ids))
+        image_units = self._index.store.scroll(Collection.IMAGE, self._filtered())
         image_rounds = neighbours.round_payloads(self._index, {h.payload[schema.ROUND_ID] for h in image_units})
         return neighbours.within(self._index, image_rounds, plan.image_filter_window)
 
@@ -260,8 +260,7 @@ class VMemRetriever(BaseRetriever):
         store at each retrieval, so rounds added since are in it; ``list_rounds`` reads a range the same way."""
         if not self.filter.timed:
             return None
-        rounds = self._index.store.scroll(Collection.ROUNDS, self._index.scope(session_ids=self.filter.session_ids),
-                                          keys=[schema.TIMESTAMP])
+        rounds = self._index.store.scroll(Collection.ROUNDS, self._filtered(), keys=[schema.TIMESTAMP])
         return {h.id for h in within(rounds, self.filter.since, self.filter.until)}
 
     def _scopes(self, eligible: Optional[Set[str]], allowed: Optional[Set[str]]) -> Dict[Collection, Scope]:
@@ -269,8 +268,12 @@ class VMemRetriever(BaseRetriever):
         the text lane only the rounds the picture filter keeps (``eligible``), since images hold no text."""
         text = eligible if allowed is None else allowed if eligible is None else eligible & allowed
         ids = {Collection.TEXT: text, Collection.IMAGE: allowed}
-        return {c: self._index.scope(round_ids=tuple(sorted(i)) if i is not None else None, session_ids=self.filter.session_ids)
-                for c, i in ids.items()}
+        return {c: self._filtered(round_ids=tuple(sorted(i)) if i is not None else None) for c, i in ids.items()}
+
+    def _filtered(self, round_ids: Optional[Tuple[str, ...]] = None) -> Scope:
+        """This memory's points in the filter's sessions (a time range is applied by round ids)."""
+        return self._index.scope(round_ids=round_ids, session_ids=self.filter.session_ids,
+                                 excluded_session_ids=self.filter.excluded_session_ids)
 
     def _search(self, signal: Signal, anchor: AnchorValue, scope: Scope, pool: int) -> List[Hit]:
         index = self._index

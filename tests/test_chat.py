@@ -324,6 +324,13 @@ def test_a_chat_filtered_to_a_session_stores_its_exchanges_in_that_session(make_
     with caplog.at_level("WARNING", logger="llama_index_vmem.chat_engine"):
         index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=d2, session_id="C9").chat("Mochi sleeps on the sofa.")
     assert "chat exchanges go in session C9, which filters leave out" in caplog.text
+    not_c9 = MetadataFilters(filters=[MetadataFilter(key="session_id", value="C9", operator=FilterOperator.NE)])
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="llama_index_vmem.chat_engine"):
+        index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=not_c9, session_id="D2")
+        assert "filters leave out" not in caplog.text
+        index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=not_c9, session_id="C9")
+    assert "chat exchanges go in session C9, which filters leave out" in caplog.text
     both = MetadataFilters(filters=[MetadataFilter(key="session_id", value=["D1", "D2"], operator=FilterOperator.IN)])
     with pytest.raises(VMemInputError, match="^session_id: is needed: filters keep the chat to sessions D1, D2"):
         index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=both)

@@ -134,6 +134,28 @@ def test_a_filter_of_several_sessions_keeps_retrieval_to_them(make_index, photos
     assert sessions(index.as_retriever(filters=MetadataFilters(filters=[]))) == {"D1", "D2", "D3"}
 
 
+def test_a_filter_leaving_sessions_out_keeps_every_other_round_and_those_in_no_session(make_index, photos):
+    """``!=`` and ``not in`` were refused. They keep every round outside the sessions named, a round in
+    no session too, as LlamaIndex's own vector store reads them; with ``==`` or ``in``, both must hold."""
+    index = _memory(make_index, photos)
+    index.add_round(user="My cat Mochi visited the vet in Porto.", assistant="Hope she is well.", session_id="D3")
+    index.add_round(user="Mochi chased a moth.", assistant="Ha.")
+    question = "Where does my cat Mochi live?"
+    sessions = lambda *leaves: {n.node.metadata.get("session_id") for n in
+                                index.as_retriever(filters=MetadataFilters(filters=list(leaves))).retrieve(question)}
+    assert sessions() == {"D1", "D2", "D3", None}
+    assert sessions(MetadataFilter(key="session_id", value="D1", operator=FilterOperator.NE)) == {"D2", "D3", None}
+    assert sessions(MetadataFilter(key="session_id", value=["D1", "D3"], operator=FilterOperator.NIN)) == {"D2", None}
+    assert sessions(MetadataFilter(key="session_id", value="D1", operator=FilterOperator.NE),
+                    MetadataFilter(key="session_id", value="D2", operator=FilterOperator.NE)) == {"D3", None}
+    assert sessions(MetadataFilter(key="session_id", value=["D1", "D2"], operator=FilterOperator.IN),
+                    MetadataFilter(key="session_id", value="D1", operator=FilterOperator.NE)) == {"D2"}
+    picture = index.as_retriever(filters=MetadataFilters(filters=[
+        MetadataFilter(key="session_id", value="D2", operator=FilterOperator.NE)])).retrieve_with_plan("Show me the photo of my cat.")
+    assert picture.plan.case.value == "text->image" and not picture.filter_fallback
+    assert "D2" not in {n.node.metadata.get("session_id") for n in picture.nodes}
+
+
 def test_a_response_says_when_the_picture_filter_found_no_round(make_index, photos, scripted_llm):
     """A question for a picture keeps to rounds holding one or next to one; where none matches (a
     session without pictures), the ranking falls back to every round. Only ``retrieve_with_plan``
@@ -198,7 +220,7 @@ def test_a_time_filter_holds_for_picture_questions_and_answers_with_no_memory_ou
 
 @pytest.mark.parametrize("filters", [
     MetadataFilters(filters=[MetadataFilter(key="user", value="Mochi")]),
-    MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1", operator=FilterOperator.NE)]),
+    MetadataFilters(filters=[MetadataFilter(key="session_id", value=None, operator=FilterOperator.NE)]),
     MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1"), MetadataFilter(key="session_id", value="D2")]),
     MetadataFilters(filters=[MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1")])]),
     MetadataFilters(filters=[MetadataFilter(key="session_id", value="")]),
@@ -207,6 +229,10 @@ def test_a_time_filter_holds_for_picture_questions_and_answers_with_no_memory_ou
     MetadataFilters(filters=[MetadataFilter(key="session_id", value=[], operator=FilterOperator.IN)]),
     MetadataFilters(filters=[MetadataFilter(key="session_id", value=["D1", ""], operator=FilterOperator.IN)]),
     MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1", operator=FilterOperator.IN)]),
+    MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1", operator=FilterOperator.NIN)]),
+    MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1"), MetadataFilter(key="session_id", value="D2",
+                                                                                          operator=FilterOperator.NE)],
+                    condition=FilterCondition.OR),
     MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1"), MetadataFilter(key="user", value="Mochi")],
                     condition=FilterCondition.OR),
     {"session_id": "D1"},
@@ -216,8 +242,8 @@ def test_a_time_filter_holds_for_picture_questions_and_answers_with_no_memory_ou
     MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1"), MetadataFilter(key="timestamp", value="2024-06-17",
                                                                                           operator=FilterOperator.GTE)],
                     condition=FilterCondition.OR),
-], ids=["other_key", "not_equal", "two_and", "nested", "empty_session", "no_session", "negated", "in_none", "in_empty_id",
-        "in_not_a_list", "or_other_key", "dict", "time_equal", "time_unreadable", "time_number", "time_or"])
+], ids=["other_key", "not_equal_none", "two_and", "nested", "empty_session", "no_session", "negated", "in_none", "in_empty_id",
+        "in_not_a_list", "not_in_not_a_list", "or_not_equal", "or_other_key", "dict", "time_equal", "time_unreadable", "time_number", "time_or"])
 def test_a_filter_retrieval_cannot_apply_is_refused_by_name_not_ignored(make_index, photos, filters):
     index = _memory(make_index, photos)
     with pytest.raises(VMemInputError) as caught:

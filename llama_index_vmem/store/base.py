@@ -35,6 +35,8 @@ class Scope:
     session_id: Optional[str] = None
     #: Points of any of these sessions (a retrieval kept to several).
     session_ids: Optional[Tuple[str, ...]] = None
+    #: Points of none of these sessions (a point with no session is of none).
+    excluded_session_ids: Optional[Tuple[str, ...]] = None
     #: Only points outside any session: the conversation a sessionless round belongs to.
     sessionless: bool = False
     #: Rounds whose previous round is one of these (the rounds that follow them).
@@ -62,7 +64,8 @@ MAX_SEQ = 2**53 - 2**32
 
 
 def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
-    """The scope as backend-neutral ``(key, "eq" | "any" | "range" | "empty", value)`` conditions, all required.
+    """The scope as backend-neutral ``(key, "eq" | "any" | "none" | "range" | "empty", value)`` conditions, all required
+    (``"none"``: the key holds none of the values, or is absent).
 
     The memory condition is always first: this is the one place tenant scoping is decided.
     """
@@ -73,6 +76,8 @@ def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
         out.append((schema.SESSION_ID, "eq", scope.session_id))
     if scope.session_ids is not None:
         out.append((schema.SESSION_ID, "any", list(scope.session_ids)))
+    if scope.excluded_session_ids:
+        out.append((schema.SESSION_ID, "none", list(scope.excluded_session_ids)))
     if scope.sessionless:
         out.append((schema.SESSION_ID, "empty", None))
     if scope.seq_range is not None:

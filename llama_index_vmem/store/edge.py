@@ -248,9 +248,11 @@ def _vector(v: Vector) -> Any:
 
 
 def _filter(scope: Scope) -> qe.Filter:
-    def condition(key: str, kind: str, value: Any) -> Union[qe.FieldCondition, qe.IsEmptyCondition]:
+    def condition(key: str, kind: str, value: Any) -> Union[qe.FieldCondition, qe.IsEmptyCondition, qe.Filter]:
         if kind == "empty":
             return qe.IsEmptyCondition(key=key)
+        if kind == "none":
+            return qe.Filter(must_not=[qe.FieldCondition(key=key, match=qe.MatchAny(value))])
         if kind == "range":
             return qe.FieldCondition(key=key, range=qe.RangeFloat(gte=value[0], lte=value[1]))
         return qe.FieldCondition(key=key, match=qe.MatchAny(value) if kind == "any" else qe.MatchValue(value))

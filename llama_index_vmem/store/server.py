@@ -193,9 +193,11 @@ def _vector(v: Vector) -> Any:
 
 
 def _filter(scope: Scope) -> models.Filter:
-    def condition(key: str, kind: str, value: Any) -> Union[models.FieldCondition, models.IsEmptyCondition]:
+    def condition(key: str, kind: str, value: Any) -> Union[models.FieldCondition, models.IsEmptyCondition, models.Filter]:
         if kind == "empty":
             return models.IsEmptyCondition(is_empty=models.PayloadField(key=key))
+        if kind == "none":
+            return models.Filter(must_not=[models.FieldCondition(key=key, match=models.MatchAny(any=value))])
         if kind == "range":
             return models.FieldCondition(key=key, range=models.Range(gte=value[0], lte=value[1]))
         match = models.MatchAny(any=value) if kind == "any" else models.MatchValue(value=value)
