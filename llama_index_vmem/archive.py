@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Set, Tuple, Union
 import numpy as np
 
 from . import images as image_io
-from . import schema
+from . import schema, times
 from .encoders import encoder_differences, same_encoders
 from .encoders.bm25 import Sparse
 from .errors import VMemInputError
@@ -203,6 +203,7 @@ class _Rehome:
 
     def __call__(self, p: PointData) -> PointData:
         payload = dict(p.payload, **{schema.MEMORY_ID: self.index.memory_id})
+        payload[schema.TIME] = times.stored_time(payload.get(schema.TIMESTAMP))  # read here, as an add reads it: an archive's may be stale or missing
         payload[schema.ROUND_ID] = self.ids[payload[schema.ROUND_ID]]
         if payload.get(schema.PREV_ROUND_ID):  # a link to a round that is not archived leads nowhere
             payload[schema.PREV_ROUND_ID] = self.ids.get(payload[schema.PREV_ROUND_ID])

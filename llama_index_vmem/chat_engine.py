@@ -46,6 +46,7 @@ from .errors import VMemInputError
 from .index import VMemIndex
 from .memory_block import VMemMemoryBlock
 from .messages import query_from_message, today
+from .times import read_time
 from .node_parser import INSTRUCTION_ROLES, RoundInput, round_spans
 from .query_engine import REPLY_TOKENS, AnswerRequest, VMemQueryEngine
 from .filters import read_filters
@@ -109,6 +110,9 @@ class VMemChatEngine(BaseChatEngine):
             [session_id] = sessions
         elif not kept.keeps_session(None if session_id is None else str(session_id)):
             logger.warning("chat exchanges go in session %s, which filters leave out: this chat will not recall them", session_id)
+        stamp = today()
+        if not kept.keeps_time(read_time(stamp)):
+            logger.warning("chat exchanges are stamped %s, which the time filters leave out: this chat will not recall them", stamp)
         query_engine = index.as_query_engine(llm=llm, **query_engine_kwargs)
         window = query_engine.llm.metadata.context_window
         if window <= REPLY_TOKENS:

@@ -15,17 +15,16 @@ Any other filter is refused by name: ignoring it would return rounds the caller 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, List, Optional, Tuple
 
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
 from . import schema
 from .errors import VMemInputError
-from .lifecycle import as_time, check_id
+from .lifecycle import check_id
+from .times import MicrosRange, as_time, micros_range, period_end
 
-#: One tick of ``datetime``: ``> t`` is ``>= t + TICK`` and ``<= t`` is ``< t + TICK``.
-TICK = timedelta(microseconds=1)
 _LOWER = (FilterOperator.GT, FilterOperator.GTE)
 _UPPER = (FilterOperator.LT, FilterOperator.LTE)
 _EXCLUDE = (FilterOperator.NE, FilterOperator.NIN)
@@ -52,6 +51,15 @@ class RetrievalFilter:
     def timed(self) -> bool:
         return self.since is not None or self.until is not None
 
+    @property
+    def time_range(self) -> Optional[MicrosRange]:
+        """The range as the store filters it (None: no time filter)."""
+        return micros_range(self.since, self.until)
+
+    def keeps_time(self, seen: datetime) -> bool:
+        """Whether rounds seen at ``seen`` pass the time filters."""
+        return (self.since is None or seen >= self.since) and (self.until is None or seen < self.until)
+
     def keeps_session(self, session_id: Optional[str]) -> bool:
         """Whether rounds stored in ``session_id`` (None: in no session) pass the session filters."""
         if self.session_ids is not None and session_id not in self.session_ids:
@@ -77,8 +85,8 @@ def read_filters(filters: Optional[MetadataFilters]) -> RetrievalFilter:
     return RetrievalFilter(
         session_ids=sessions["in"] or None,
         excluded_session_ids=sessions["out"] or None,
-        since=max((t + TICK if op == FilterOperator.GT else t for op, t in bounds if op in _LOWER), default=None),
-        until=min((t + TICK if op == FilterOperator.LTE else t for op, t in bounds if op in _UPPER), default=None),
+        since=max((t for op, t in bounds if op in _LOWER), default=None),
+        until=min((t for op, t in bounds if op in _UPPER), default=None),
     )
 
 
@@ -102,7 +110,10 @@ def _session_values(leaf: MetadataFilter) -> List[Any]:
 
 
 def _bound(leaf: MetadataFilter) -> datetime:
-    """A ``timestamp`` filter's time; a number is refused, since no unit (seconds? a year?) is certain."""
+    """Where a ``timestamp`` filter's range starts (``>=``, ``>``) or stops (``<``, ``<=``): its value names a
+    period ("2024-06-30", "June 2024"), which ``>=`` and ``<`` start from and ``>`` and ``<=`` end after. A
+    number is refused, since no unit (seconds? a year?) is certain."""
     if not isinstance(leaf.value, str):
         raise VMemInputError("filters timestamp", f"must be a date or time written as text, got {leaf.value!r}")
-    return as_time("filters timestamp", leaf.value)
+    start = as_time("filters timestamp", leaf.value)
+    return period_end(leaf.value) or start if leaf.operator in (FilterOperator.GT, FilterOperator.LTE) else start

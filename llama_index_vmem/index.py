@@ -31,12 +31,13 @@ from tqdm.auto import tqdm
 
 from . import archive, lifecycle, models, neighbours
 from . import images as image_io
-from . import schema
+from . import schema, times
 from .config import VMemConfig
 from .encoders import Bm25Encoder, encoder_id
 from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
-from .lifecycle import Selection, StoredRound, TimeLike
+from .lifecycle import Selection, StoredRound
+from .times import TimeLike
 from .node_parser import (ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_text, checked_round, default_round_key,
                           last_default_number, round_input_from_dict, stored_image_identity, with_distinct_image_ids)
 from .store import Collection, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
@@ -163,6 +164,7 @@ class VMemIndex:
             self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
             self.lane_dims = self._dims()
             store.ensure_collections(self.lane_dims, self.manifest())
+            self._backfill_times()
             if store.exclusive:  # on a server another process may be mid-write: its leftovers wait for the next add or forget
                 with _write_lock(store, memory_id):
                     self._sweep_unfinished(self._last_seq())
@@ -335,7 +337,7 @@ class VMemIndex:
 
     def _commit(self, inputs: List[RoundInput]) -> List[TextNode]:
         check_text(inputs)
-        unreadable = sorted({r.timestamp for r in inputs if r.timestamp and lifecycle.read_time(r.timestamp) is None})
+        unreadable = sorted({r.timestamp for r in inputs if r.timestamp and times.read_time(r.timestamp) is None})
         if unreadable:  # stored and shown as given, but a time range can never select these rounds
             logger.warning("memory %s: timestamp(s) %s are not dates the time filters read: since/until will not "
                            "select their rounds (give a date with its year, or a datetime)",
@@ -383,6 +385,19 @@ class VMemIndex:
             before = self.store.last_round(self.scope(session_id=p.session_id, sessionless=p.session_id is None))
             if before is not None:
                 p.round_node.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=before.id)
+
+    def _backfill_times(self) -> None:
+        """Give the points an older version wrote, before ``schema.TIME`` existed, their timestamp's
+        reading, so time ranges (a filter on it) reach them. Once only: a point with no readable
+        timestamp gets ``times.NO_TIME``. Idempotent, so another process's open may race it; by
+        filter, so a round another process forgets meanwhile is simply not found."""
+        for collection in Collection:
+            by_time: Dict[int, List[str]] = {}
+            for h in self.store.scroll(collection, self.scope(lacking=schema.TIME), keys=[schema.ROUND_ID, schema.TIMESTAMP]):
+                by_time.setdefault(times.stored_time(h.payload.get(schema.TIMESTAMP)), []).append(h.payload[schema.ROUND_ID])
+            for t, round_ids in by_time.items():
+                self.store.set_payload(collection, self.scope(round_ids=tuple(dict.fromkeys(round_ids)), lacking=schema.TIME),
+                                       {schema.TIME: t})
 
     def _last_seq(self) -> int:
         """The memory's highest round ``seq``, 0 when it is empty."""
@@ -545,22 +560,24 @@ class VMemIndex:
         own = self.image_dir / Path(recorded).name
         return own if own.is_file() or not Path(recorded).is_file() else Path(recorded)
 
-    def images_near(self, rounds: Sequence[TextNode], window: int) -> Dict[str, List[ImageNode]]:
+    def images_near(self, rounds: Sequence[TextNode], window: int,
+                    time_range: Optional[times.MicrosRange] = None) -> Dict[str, List[ImageNode]]:
         """Each round's own images, or, for a round without one, the images of its linked rounds
-        within ``window`` (nearest first, the earlier side first), never across a session's edge."""
+        within ``window`` (nearest first, the earlier side first), never across a session's edge
+        nor, given a ``time_range`` (retrieval's filter), out of it."""
         own = self.images_of(r.node_id for r in rounds)
         out = {r.node_id: own.get(r.node_id, []) for r in rounds}
         borrowing = {r.node_id: r.metadata for r in rounds if not out[r.node_id]}
         for layer in neighbours.steps(self, borrowing, window):
-            found = self.images_of(rid for near in layer.values() for rid in near)
+            found = self.images_of((rid for near in layer.values() for rid in near), time_range)
             for origin, near in layer.items():
                 out[origin] += [img for rid in near for img in found.get(rid, [])]
         return out
 
-    def images_of(self, round_ids: Iterable[str]) -> Dict[str, List[ImageNode]]:
-        """The image units of these rounds, by round id, in conversation order."""
+    def images_of(self, round_ids: Iterable[str], time_range: Optional[times.MicrosRange] = None) -> Dict[str, List[ImageNode]]:
+        """The image units of these rounds (seen in ``time_range``, if given), by round id, in conversation order."""
         by_round: Dict[str, List[ImageNode]] = {}
-        for hit in self.store.scroll(Collection.IMAGE, self.scope(round_ids=tuple(dict.fromkeys(round_ids)))):
+        for hit in self.store.scroll(Collection.IMAGE, self.scope(round_ids=tuple(dict.fromkeys(round_ids)), time_range=time_range)):
             by_round.setdefault(hit.payload[schema.ROUND_ID], []).append(self.unit(hit.id, hit.payload))
         return by_round
 

@@ -12,19 +12,14 @@ it: a killed forget is never left half done, sending forgotten words to the mode
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import re
 import shutil
 import uuid
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from dateutil import parser as dateparser
-from dateutil import tz
 from llama_index.core.schema import TextNode
 
 from . import schema
@@ -33,6 +28,7 @@ from .images import write_atomically
 from .node_parser import optional_str
 from .store import Collection, Hit, PointData, Scope
 from .store.base import MAX_LIMIT
+from .times import TimeLike, as_time, micros_range
 
 if TYPE_CHECKING:
     from .index import VMemIndex
@@ -40,18 +36,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-TimeLike = Union[str, date, datetime]
 #: A kept round's record before and after ``forget`` points its link past the removed rounds.
 Relink = Tuple[PointData, PointData]
 #: Folder, inside a memory's image folder, where ``forget`` moves files before deleting them.
 TRASH_PREFIX = ".forgetting-"
 #: The file in that folder naming the rounds the forget removes (``round_keys``; null: everything).
 JOURNAL = "forgetting.json"
-#: A year as written: four digits on their own, or leading a compact ISO date ("20240617",
-#: "20240617T1015", "202406171015"); two-digit years ("240617") do not name one.
-_YEAR = re.compile(r"(?<!\d)\d{4}(?:\d{4}(?:\d{4}(?:\d{2})?)?)?(?!\d)")
-#: What a partial date is filled in with: the start of the period it names.
-_PERIOD_START = datetime(2000, 1, 1)
 
 
 @dataclass
@@ -83,45 +73,28 @@ def select(index: "VMemIndex", selection: Selection) -> List[Hit]:
     ``dateutil`` reads, such as ``2024-06-17`` or ``1:56 pm on 8 May, 2023``; one with a zone in
     UTC); rounds without a readable timestamp are never in it.
     """
-    hits = index.store.scroll(Collection.ROUNDS, _scope(index, selection))
-    if selection.since is None and selection.until is None:
-        return hits
-    since = as_time("since", selection.since) if selection.since is not None else None
-    until = as_time("until", selection.until) if selection.until is not None else None
-    return within(hits, since, until)
-
-
-def within(hits: Iterable[Hit], since: Optional[datetime], until: Optional[datetime]) -> List[Hit]:
-    """The round records seen in ``since <= seen < until`` (None: unbounded), by each one's own timestamp;
-    one without a readable timestamp is never in a range. The one rule both ``select`` and retrieval's
-    time filter keep to."""
-    out = []
-    for h in hits:
-        seen = read_time(h.payload.get(schema.TIMESTAMP))
-        if seen is not None and (since is None or seen >= since) and (until is None or seen < until):
-            out.append(h)
-    return out
+    return index.store.scroll(Collection.ROUNDS, _scope(index, selection))
 
 
 def _scope(index: "VMemIndex", selection: Selection) -> Scope:
-    """The store filter for what ``selection`` names by id; a time range is read from each round."""
+    """The store filter for ``selection``: its rounds by id, session and time (each round's stored ``schema.TIME``)."""
     keys = _check_keys(selection.round_keys)
     ids = tuple(schema.round_id(index.memory_id, k) for k in keys) if keys is not None else None
-    return index.scope(round_ids=ids, session_id=check_id("session_id", selection.session_id))
+    since = as_time("since", selection.since) if selection.since is not None else None
+    until = as_time("until", selection.until) if selection.until is not None else None
+    return index.scope(round_ids=ids, session_id=check_id("session_id", selection.session_id),
+                       time_range=micros_range(since, until))
 
 
 def list_rounds(index: "VMemIndex", selection: Selection, offset: int, limit: int) -> List[StoredRound]:
-    """One page of the selected rounds, each with its units. Without a time range the store walks
-    its ``seq`` index to the page, reading only the ids of the rounds before it: a page no longer
-    reads and sorts every round of the selection."""
+    """One page of the selected rounds, each with its units. The store walks its ``seq`` index to the
+    page, reading only the ids of the rounds before it: a page does not read and sort every round of
+    the selection."""
     if any(not isinstance(n, int) or isinstance(n, bool) for n in (offset, limit)) or offset < 0 or limit < 1:
         raise VMemInputError("page", f"offset must be >= 0 and limit >= 1, got offset={offset!r}, limit={limit!r}")
-    if selection.since is None and selection.until is None:
-        want = min(offset + limit, MAX_LIMIT)  # no memory holds more rounds than a store call reads (``limit=2**64``: "all")
-        ids = index.store.first_round_ids(_scope(index, selection), want)[offset:] if offset < want else []
-        page = index.store.scroll(Collection.ROUNDS, index.scope(round_ids=tuple(ids)))
-    else:
-        page = select(index, selection)[offset:offset + limit]
+    want = min(offset + limit, MAX_LIMIT)  # no memory holds more rounds than a store call reads (``limit=2**64``: "all")
+    ids = index.store.first_round_ids(_scope(index, selection), want)[offset:] if offset < want else []
+    page = index.store.scroll(Collection.ROUNDS, index.scope(round_ids=tuple(ids)))
     scope = index.scope(round_ids=tuple(h.id for h in page))
     units: Dict[str, List[TextNode]] = {}
     for collection in (Collection.TEXT, Collection.IMAGE):
@@ -279,48 +252,3 @@ def check_id(item: str, value: object) -> Optional[str]:
     if text is not None and not schema.is_utf8(text):
         raise VMemInputError(item, f"{value!r} cannot be stored as UTF-8")
     return text
-
-
-def as_time(name: str, value: TimeLike) -> datetime:
-    """``value`` read as a time, or an error naming ``name``."""
-    seen = read_time(value)
-    if seen is None:
-        raise VMemInputError(name, f"is not a date or time: {value!r}")
-    return seen
-
-
-def read_time(value: object) -> Optional[datetime]:
-    """A naive datetime (a date means its midnight), or None when ``value`` is not one.
-
-    What a string leaves out is its period's start ("2024" is 1 January 2024, "June 2024" is
-    1 June), not today's month or day, so ranges do not shift with the calendar."""
-    if isinstance(value, datetime):
-        try:
-            return _without_zone(value)
-        except OverflowError:  # a zone that moves it past the calendar's ends
-            return None
-    if isinstance(value, date):
-        return datetime(value.year, value.month, value.day)
-    if isinstance(value, str):
-        return _read_text_time(value)
-    return None
-
-
-@functools.lru_cache(maxsize=2**16)
-def _read_text_time(value: str) -> Optional[datetime]:
-    """Cached: a time filter reads every round's timestamp at each retrieval, and parsing is the cost."""
-    if not _YEAR.search(value):  # fuzzy parsing reads "Round 12" as a date
-        return None
-    try:
-        return _without_zone(dateparser.parse(value, fuzzy=True, default=_PERIOD_START))
-    except (ValueError, OverflowError):
-        return None
-
-
-def _without_zone(t: datetime) -> datetime:
-    """A time that names its offset, as UTC; one that names none, as written. ``dateutil`` gives a
-    zone name that happens to be this machine's as the local zone: that names no offset, or the
-    same text would select differently on machines in other zones."""
-    if t.tzinfo is None or isinstance(t.tzinfo, tz.tzlocal):
-        return t.replace(tzinfo=None)
-    return t.astimezone(timezone.utc).replace(tzinfo=None)

@@ -28,7 +28,7 @@ from llama_index.core.schema import (
 )
 from pydantic import Field, PrivateAttr
 
-from . import images, schema
+from . import images, schema, times
 from .schema import is_utf8, visible
 from .errors import VMemInputError
 
@@ -429,6 +429,7 @@ class RoundNodeParser(NodeParser):
             schema.ROUND_KEY: key,
             schema.SESSION_ID: session,
             schema.TIMESTAMP: r.timestamp,
+            schema.TIME: times.stored_time(r.timestamp),
             schema.SEQ: seq,
         }
         pending: Dict[Path, images.LoadedImage] = {}

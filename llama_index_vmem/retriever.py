@@ -30,7 +30,6 @@ from .config import VMemConfig
 from .errors import VMemInputError
 from .fusion import Fused, carry_forward, rank_rounds, round_of, rrf, unit_of, units_covering
 from .filters import read_filters
-from .lifecycle import within
 from .models import as_llm
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
 from .store.base import Collection, Hit, Scope
@@ -174,17 +173,18 @@ class VMemRetriever(BaseRetriever):
         if not schema.visible(query_bundle.query_str) and not query_bundle.image_path and not schema.query_image_caption(query_bundle):
             raise VMemInputError("query", "is empty: ask with text, an image, or both")  # it would rank rounds at random
         plan = self.route(query_bundle, **overrides)
-        allowed = self._rounds_in_time()
-        if allowed is not None and not allowed:  # no round in the time range: nothing to rank, no LLM to ask
-            return RetrievalResult(plan, {}, [], [])
+        if self.filter.timed and not self._index.store.count(Collection.ROUNDS, self._filtered()):
+            if query_bundle.image_path:  # refused as it is with rounds to rank
+                self._index.load_query_image(query_bundle.image_path)
+            return RetrievalResult(plan, {}, [], [])  # no round in the time range: nothing to rank, no LLM to ask
         anchors = {a: self._anchor(a, query_bundle, plan.config) for a in plan.anchors}
         eligible = self._eligible_rounds(plan)
-        rankings, fused, payloads = self._rank(plan, anchors, query_bundle, self._scopes(eligible, allowed))
+        rankings, fused, payloads = self._rank(plan, anchors, query_bundle, eligible)
         if eligible is not None:
             fused = [r for r in fused if r.round_id in eligible]
         fallback = eligible is not None and not fused
         if fallback:  # the picture filter would remove every candidate: keep the ranking without it
-            rankings, fused, payloads = self._rank(plan, anchors, query_bundle, self._scopes(None, allowed))
+            rankings, fused, payloads = self._rank(plan, anchors, query_bundle, None)
         top = fused[: plan.k] if plan.round_level else units_covering(fused, plan.k)
         nodes = self._nodes(plan, anchors, top, payloads)
         visual = next((h for s in plan.signals if s.is_visual for h in rankings[s.name][:1]), None)
@@ -192,13 +192,13 @@ class VMemRetriever(BaseRetriever):
         return RetrievalResult(plan, anchors, top, nodes, visual_match=visual, filter_fallback=fallback)
 
     def _rank(
-        self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], query: QueryBundle, scopes: Mapping[Collection, Scope]
+        self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], query: QueryBundle, eligible: Optional[Set[str]]
     ) -> Tuple[Dict[str, List[Hit]], List[Fused], Dict[str, Mapping[str, Any]]]:
         """Per-signal rankings, the fused ranking, and the candidate rounds' payloads where the photo-round
         carry read them (so building the returned rounds does not read them again)."""
         pool = max(plan.config.candidate_pool, plan.k)  # a widened k (aggregation) gets enough candidates
         key = round_of if plan.round_level else unit_of
-        rankings = {s.name: rank_rounds(self._search(s, anchors[s.anchor], scopes[s.collection], pool), key) for s in plan.signals}
+        rankings = {s.name: rank_rounds(self._search(s, anchors[s.anchor], eligible, pool), key) for s in plan.signals}
         fused = rrf(rankings, plan.config.rrf_kappa, key)
         payloads: Dict[str, Mapping[str, Any]] = {}
         if plan.follow_up_weight:
@@ -255,27 +255,13 @@ class VMemRetriever(BaseRetriever):
         image_rounds = neighbours.round_payloads(self._index, {h.payload[schema.ROUND_ID] for h in image_units})
         return neighbours.within(self._index, image_rounds, plan.image_filter_window)
 
-    def _rounds_in_time(self) -> Optional[Set[str]]:
-        """Ids of the filter's rounds inside its time range (None when it has none). Read from the round
-        store at each retrieval, so rounds added since are in it; ``list_rounds`` reads a range the same way."""
-        if not self.filter.timed:
-            return None
-        rounds = self._index.store.scroll(Collection.ROUNDS, self._filtered(), keys=[schema.TIMESTAMP])
-        return {h.id for h in within(rounds, self.filter.since, self.filter.until)}
-
-    def _scopes(self, eligible: Optional[Set[str]], allowed: Optional[Set[str]]) -> Dict[Collection, Scope]:
-        """Each lane's search scope: the filter's sessions and rounds in its time range (``allowed``), and in
-        the text lane only the rounds the picture filter keeps (``eligible``), since images hold no text."""
-        text = eligible if allowed is None else allowed if eligible is None else eligible & allowed
-        ids = {Collection.TEXT: text, Collection.IMAGE: allowed}
-        return {c: self._filtered(round_ids=tuple(sorted(i)) if i is not None else None) for c, i in ids.items()}
-
     def _filtered(self, round_ids: Optional[Tuple[str, ...]] = None) -> Scope:
-        """This memory's points in the filter's sessions (a time range is applied by round ids)."""
-        return self._index.scope(round_ids=round_ids, session_ids=self.filter.session_ids,
-                                 excluded_session_ids=self.filter.excluded_session_ids)
+        """This memory's points that pass the filter: in its sessions and its time range."""
+        f = self.filter
+        return self._index.scope(round_ids=round_ids, session_ids=f.session_ids, excluded_session_ids=f.excluded_session_ids,
+                                 time_range=f.time_range)
 
-    def _search(self, signal: Signal, anchor: AnchorValue, scope: Scope, pool: int) -> List[Hit]:
+    def _search(self, signal: Signal, anchor: AnchorValue, eligible: Optional[Set[str]], pool: int) -> List[Hit]:
         index = self._index
         if signal.vector == schema.VISUAL:
             vector: Any = index.encode_query_image(anchor.text)
@@ -287,6 +273,7 @@ class VMemRetriever(BaseRetriever):
             vector = list(anchor.embedding)
         else:
             vector = index.encode_query_text(anchor.text)
+        scope = self._filtered(tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None)
         if signal.vector == schema.VISUAL and index.region_tiles:  # the query image against every stored region
             return index.store.search(signal.collection, schema.VISUAL_REGIONS, [vector], scope, pool)
         return index.store.search(signal.collection, signal.vector, vector, scope, pool)
@@ -320,7 +307,8 @@ class VMemRetriever(BaseRetriever):
         rounds.update((r.id, schema.round_from_payload(r.id, payloads[r.id])) for r in top if r.id in payloads)
         images: Dict[str, List[Any]] = {}
         if plan.return_images:
-            images = self._index.images_near([rounds[r.id] for r in top if r.id in rounds], plan.image_filter_window or 0)
+            images = self._index.images_near([rounds[r.id] for r in top if r.id in rounds], plan.image_filter_window or 0,
+                                             self.filter.time_range)
         out: List[NodeWithScore] = []
         listed: Set[str] = set()
         for fused in top:

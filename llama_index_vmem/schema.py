@@ -31,6 +31,9 @@ ROUND_KEY = "round_key"
 SEQ = "seq"
 SESSION_ID = "session_id"
 TIMESTAMP = "timestamp"
+#: The timestamp's reading in microseconds since 1970 (``times.stored_time``; null: none readable),
+#: which time ranges filter on.
+TIME = "time"
 TEXT = "text"
 # Unit-only keys.
 UNIT_INDEX = "unit_index"
@@ -47,7 +50,7 @@ PREV_ROUND_ID = "prev_round_id"
 
 #: Keys that get a payload index in every collection (tenant key first).
 INDEXED_KEYWORDS = (MEMORY_ID, ROUND_ID, SESSION_ID, PREV_ROUND_ID, IMAGE_ID)
-INDEXED_INTEGERS = (SEQ,)
+INDEXED_INTEGERS = (SEQ, TIME)
 
 # Named vectors.
 TEXT_DENSE = "text_dense"

@@ -331,6 +331,15 @@ def test_a_chat_filtered_to_a_session_stores_its_exchanges_in_that_session(make_
         assert "filters leave out" not in caplog.text
         index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=not_c9, session_id="C9")
     assert "chat exchanges go in session C9, which filters leave out" in caplog.text
+    caplog.clear()
+    in_2024 = [MetadataFilter(key="timestamp", value="2024", operator=FilterOperator.GTE),
+               MetadataFilter(key="timestamp", value="2024", operator=FilterOperator.LTE)]
+    since_2024 = MetadataFilters(filters=in_2024[:1])
+    with caplog.at_level("WARNING", logger="llama_index_vmem.chat_engine"):
+        index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=since_2024, session_id="D2")
+        assert "time filters leave out" not in caplog.text, "today is after 2024"
+        index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=MetadataFilters(filters=in_2024), session_id="D2")
+    assert "chat exchanges are stamped " in caplog.text and "which the time filters leave out" in caplog.text
     both = MetadataFilters(filters=[MetadataFilter(key="session_id", value=["D1", "D2"], operator=FilterOperator.IN)])
     with pytest.raises(VMemInputError, match="^session_id: is needed: filters keep the chat to sessions D1, D2"):
         index.as_chat_engine(llm=ScriptedLLM(default="Noted."), filters=both)

@@ -13,7 +13,7 @@ import pytest
 from llama_index.core.llms import MockLLM
 from llama_index.core.schema import NodeWithScore
 
-from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle, neighbours
+from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle, neighbours, schema, times
 from llama_index_vmem.postprocessor import BLOCK_ROUNDS, NeighborRoundPostprocessor
 from llama_index_vmem.node_parser import RoundInput
 from llama_index_vmem.encoders.bm25 import Sparse
@@ -980,3 +980,61 @@ def test_a_closed_handle_refuses_by_name_while_another_keeps_the_memory(open_mem
     second.close()
     with pytest.raises(VMemInputError, match="memory 'u1'.*closed"):
         second.as_retriever().retrieve("kiwi")
+
+
+def _strip_payload_key(store, key):
+    """Remove ``key`` from every point, as a version that never wrote it left them."""
+    from qdrant_client import models
+
+    for c in Collection:
+        if hasattr(store, "client"):
+            store.client.delete_payload(store.name(c), keys=[key], points=models.FilterSelector(filter=models.Filter()), wait=True)
+        else:
+            import qdrant_edge as qe
+
+            store._shards[c].update(qe.UpdateOperation.delete_payload_by_filter(qe.Filter(), [key]))
+
+
+def test_a_memory_stored_before_times_were_indexed_gains_them_when_it_opens(open_memory, photos):
+    """Time ranges (``rounds(since=)``, ``forget(until=)``, retrieval's ``timestamp`` filters) filter on
+    each point's stored reading of its timestamp. Points an older version wrote have none; opening the
+    memory reads their timestamps once, so no range misses them. One with no readable time gets null."""
+    from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
+
+    index = open_memory("alice")
+    index.add_rounds(_conversation(photos) + [{"round_key": "X:1", "timestamp": "the day after", "user": "Hi.", "assistant": "Hi."}])
+    _strip_payload_key(index.store, schema.TIME)
+    assert index.rounds(since="2024-07-01") == [], "without the stored reading, no range selects a round"
+    index.close()
+    index = open_memory("alice")
+    assert [r.round.metadata["round_key"] for r in index.rounds(since="2024-07-01")] == ["D2:1", "D2:2"]
+    july = MetadataFilters(filters=[MetadataFilter(key="timestamp", value="2024-07-01", operator=FilterOperator.GTE)])
+    assert {n.node.metadata["round_key"] for n in index.as_retriever(filters=july).retrieve("What did I have for dinner?")} == {"D2:1", "D2:2"}
+    for c in Collection:
+        assert index.store.scroll(c, index.scope(lacking=schema.TIME)) == [], c
+    assert [r.round.metadata[schema.TIME] for r in index.rounds(["X:1"])] == [times.NO_TIME]
+    assert index.forget(until="2024-07-01") == 3 and [r.round.metadata["round_key"] for r in index.rounds()] == ["D2:1", "D2:2", "X:1"]
+
+
+def test_an_import_reads_each_time_from_its_timestamp_not_from_the_archive(open_memory, photos, tmp_path, minilm, tiny_siglip):
+    """An archive from an older version has no stored times, and a crafted one could carry times that
+    contradict its timestamps: either way a time range would select the wrong rounds."""
+    index = open_memory("alice")
+    index.add_rounds(_conversation(photos))
+    archive = index.export_archive(tmp_path / "alice.zip")
+    with zipfile.ZipFile(archive) as z:
+        entries = {n: z.read(n) for n in z.namelist()}
+    doc = json.loads(entries["memory.json"])
+    for points in doc["collections"].values():
+        for i, point in enumerate(points):
+            if i % 2:
+                point["payload"].pop(schema.TIME)
+            else:
+                point["payload"][schema.TIME] = 0
+    entries["memory.json"] = json.dumps(doc)
+    with zipfile.ZipFile(tmp_path / "edited.zip", "w") as z:
+        for n, data in entries.items():
+            z.writestr(n, data)
+    with VMemIndex.from_archive(tmp_path / "edited.zip", path=tmp_path / "copy", embed_model=minilm, image_encoder=tiny_siglip) as copy:
+        assert [r.round.metadata["round_key"] for r in copy.rounds(since="2024-07-01")] == ["D2:1", "D2:2"]
+        assert [r.round.metadata["round_key"] for r in copy.rounds(until="1970-01-02")] == []

@@ -198,8 +198,14 @@ def test_a_time_filter_keeps_retrieval_to_rounds_seen_in_its_range(make_index):
     assert keys(_timed((FilterOperator.GT, "2024-06-01 09:00"))) == ["B:1", "B:2"], "GT leaves the bound out"
     assert keys(_timed((FilterOperator.LTE, "2024-06-01 09:00"))) == ["A:1", "A:2"], "LTE keeps it"
     assert keys(_timed((FilterOperator.GTE, "July 2024"))) == ["B:2"]
+    assert keys(_timed((FilterOperator.LTE, "2024-06-01"))) == ["A:1", "A:2"], "a date is its whole day: <= keeps 09:00 on it"
+    assert keys(_timed((FilterOperator.GT, "2024-06-01"))) == ["B:1", "B:2"], "and > starts after it"
+    assert keys(_timed((FilterOperator.GT, "June 2024"))) == ["B:2"] and keys(_timed((FilterOperator.LTE, "May 2024"))) == ["A:1"]
     assert keys(_timed((FilterOperator.GTE, "2024-06-01"), (FilterOperator.GTE, "2024-06-10"))) == ["B:1", "B:2"], "bounds are ANDed"
     assert keys(_timed((FilterOperator.GTE, "2025-01-01"))) == []
+    with pytest.raises(VMemInputError, match="^query image: "):
+        index.as_retriever(filters=_timed((FilterOperator.GTE, "2025-01-01"))).retrieve(
+            VMemQueryBundle("Is this Mochi?", image_path="/nonexistent/mochi.png"))
     index.add_round(round_key="B:4", session_id="B", timestamp="2024-06-20", user="Mochi met the neighbour's dog.", assistant="Oh no.")
     assert keys(_timed(*june)) == ["A:2", "B:1", "B:4"], "a round added after the retriever was made is in its range"
 
@@ -216,6 +222,26 @@ def test_a_time_filter_holds_for_picture_questions_and_answers_with_no_memory_ou
     llm = scripted_llm(default="Information not found")
     response = index.as_query_engine(llm=llm, filters=_timed((FilterOperator.LT, "2024-01-01"))).query("What is my cat called?")
     assert response.source_nodes == [] and "Mochi" not in llm.prompts[-1] and "Lisbon" not in llm.prompts[-1]
+
+
+def test_a_time_filter_keeps_the_pictures_a_round_borrows_in_its_range(make_index, photos):
+    """A picture question returns, for a round without a picture, the pictures of the rounds next to
+    it. With a time filter those came from outside the range (May's and July's for June's rounds)."""
+    index = make_index()
+    index.add_rounds([
+        {"round_key": "S:1", "session_id": "S", "timestamp": "2024-05-31 20:00", "user": "Look at my cat Mochi!", "assistant": "Cute.",
+         "images": [{"image_id": "IMG_MAY", "path": str(photos["chelsea"]), "caption": "a tabby cat lying down"}]},
+        {"round_key": "S:2", "session_id": "S", "timestamp": "2024-06-01 09:00", "user": "Mochi the cat was sleeping all day.", "assistant": "Aww."},
+        {"round_key": "S:3", "session_id": "S", "timestamp": "2024-06-10", "user": "I drank a coffee in Lisbon.", "assistant": "Nice."},
+        {"round_key": "S:4", "session_id": "S", "timestamp": "2024-07-05", "user": "Here's my coffee and my cat.", "assistant": "Yum.",
+         "images": [{"image_id": "IMG_JUL", "path": str(photos["coffee"]), "caption": "a cup of coffee"}]},
+    ])
+    june = index.as_retriever(filters=_timed((FilterOperator.GTE, "2024-06-01"), (FilterOperator.LT, "2024-07-01")))
+    nodes = june.retrieve("Show me the photo of my cat")
+    assert {n.node.metadata["round_key"] for n in nodes if not isinstance(n.node, ImageNode)} == {"S:2", "S:3"}
+    assert [n.node.metadata["image_id"] for n in nodes if isinstance(n.node, ImageNode)] == []
+    assert {n.node.metadata["image_id"] for n in index.as_retriever().retrieve("Show me the photo of my cat")
+            if isinstance(n.node, ImageNode)} == {"IMG_MAY", "IMG_JUL"}
 
 
 @pytest.mark.parametrize("filters", [

@@ -43,6 +43,10 @@ class Scope:
     prev_round_ids: Optional[Tuple[str, ...]] = None
     #: Image units with one of these ids.
     image_ids: Optional[Tuple[str, ...]] = None
+    #: Points whose stored time (``schema.TIME``, microseconds; ``times.micros_range``) is in ``since <= t < until``.
+    time_range: Optional[Tuple[int, int]] = None
+    #: Only points without this key (or with it null): what a version before the key wrote.
+    lacking: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.memory_id, str) or not self.memory_id:
@@ -65,7 +69,7 @@ MAX_SEQ = 2**53 - 2**32
 
 def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
     """The scope as backend-neutral ``(key, "eq" | "any" | "none" | "range" | "empty", value)`` conditions, all required
-    (``"none"``: the key holds none of the values, or is absent).
+    (``"none"``: the key holds none of the values, or is absent; ``"range"``: ``(gte, lte)``).
 
     The memory condition is always first: this is the one place tenant scoping is decided.
     """
@@ -86,6 +90,11 @@ def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
         out.append((schema.PREV_ROUND_ID, "any", list(scope.prev_round_ids)))
     if scope.image_ids is not None:
         out.append((schema.IMAGE_ID, "any", list(scope.image_ids)))
+    if scope.time_range is not None:
+        since, until = scope.time_range
+        out.append((schema.TIME, "range", (since, until - 1)))
+    if scope.lacking is not None:
+        out.append((scope.lacking, "empty", None))
     return out
 
 
@@ -236,6 +245,10 @@ class LaneStore(abc.ABC):
 
     @abc.abstractmethod
     def delete(self, collection: Collection, scope: Scope) -> None: ...
+
+    @abc.abstractmethod
+    def set_payload(self, collection: Collection, scope: Scope, payload: Dict[str, Any]) -> None:
+        """Set these keys in the payloads of the points in scope, keeping the rest."""
 
     @property
     def identity(self) -> Hashable:

@@ -131,6 +131,10 @@ class ServerLaneStore(LaneStore):
         if not scope.is_empty:
             self.client.delete(self.name(collection), points_selector=models.FilterSelector(filter=_filter(scope)), wait=True)
 
+    def set_payload(self, collection: Collection, scope: Scope, payload: Dict[str, Any]) -> None:
+        if not scope.is_empty:
+            self.client.set_payload(self.name(collection), payload, points=models.FilterSelector(filter=_filter(scope)), wait=True)
+
     def close(self) -> None:
         if self.owns_client:
             self.client.close()
