@@ -43,13 +43,13 @@ from . import images as image_io
 from . import schema
 from .delivery import content_tokens, messages_tokens
 from .errors import VMemInputError
+from .filters import read_filters
 from .index import VMemIndex
 from .memory_block import VMemMemoryBlock
 from .messages import query_from_message, today
-from .times import read_time
 from .node_parser import INSTRUCTION_ROLES, RoundInput, round_spans
 from .query_engine import REPLY_TOKENS, AnswerRequest, VMemQueryEngine
-from .filters import read_filters
+from .times import read_time
 
 logger = logging.getLogger(__name__)
 

@@ -116,4 +116,9 @@ def _bound(leaf: MetadataFilter) -> datetime:
     if not isinstance(leaf.value, str):
         raise VMemInputError("filters timestamp", f"must be a date or time written as text, got {leaf.value!r}")
     start = as_time("filters timestamp", leaf.value)
-    return period_end(leaf.value) or start if leaf.operator in (FilterOperator.GT, FilterOperator.LTE) else start
+    if leaf.operator not in (FilterOperator.GT, FilterOperator.LTE):
+        return start
+    end = period_end(leaf.value)
+    if end is None:
+        raise VMemInputError("filters timestamp", f"{leaf.value!r} names a period that ends past the calendar (year 9999)")
+    return end

@@ -164,7 +164,8 @@ class VMemIndex:
             self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
             self.lane_dims = self._dims()
             store.ensure_collections(self.lane_dims, self.manifest())
-            self._backfill_times()
+            with _write_lock(store, memory_id):  # a forget by another handle of this memory would delete what it names
+                self._backfill_times()
             if store.exclusive:  # on a server another process may be mid-write: its leftovers wait for the next add or forget
                 with _write_lock(store, memory_id):
                     self._sweep_unfinished(self._last_seq())
@@ -389,15 +390,12 @@ class VMemIndex:
     def _backfill_times(self) -> None:
         """Give the points an older version wrote, before ``schema.TIME`` existed, their timestamp's
         reading, so time ranges (a filter on it) reach them. Once only: a point with no readable
-        timestamp gets ``times.NO_TIME``. Idempotent, so another process's open may race it; by
-        filter, so a round another process forgets meanwhile is simply not found."""
+        timestamp gets ``times.NO_TIME``. Idempotent, so another process's open may race it."""
         for collection in Collection:
             by_time: Dict[int, List[str]] = {}
-            for h in self.store.scroll(collection, self.scope(lacking=schema.TIME), keys=[schema.ROUND_ID, schema.TIMESTAMP]):
-                by_time.setdefault(times.stored_time(h.payload.get(schema.TIMESTAMP)), []).append(h.payload[schema.ROUND_ID])
-            for t, round_ids in by_time.items():
-                self.store.set_payload(collection, self.scope(round_ids=tuple(dict.fromkeys(round_ids)), lacking=schema.TIME),
-                                       {schema.TIME: t})
+            for h in self.store.scroll(collection, self.scope(lacking=schema.TIME), keys=[schema.TIMESTAMP]):
+                by_time.setdefault(times.stored_time(h.payload.get(schema.TIMESTAMP)), []).append(h.id)
+            self.store.set_payloads(collection, [(ids, {schema.TIME: t}) for t, ids in by_time.items()])
 
     def _last_seq(self) -> int:
         """The memory's highest round ``seq``, 0 when it is empty."""

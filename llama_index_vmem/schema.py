@@ -31,8 +31,8 @@ ROUND_KEY = "round_key"
 SEQ = "seq"
 SESSION_ID = "session_id"
 TIMESTAMP = "timestamp"
-#: The timestamp's reading in microseconds since 1970 (``times.stored_time``; null: none readable),
-#: which time ranges filter on.
+#: The timestamp's reading in microseconds since 1970 (``times.stored_time``; ``times.NO_TIME``: none
+#: readable), which time ranges filter on.
 TIME = "time"
 TEXT = "text"
 # Unit-only keys.

@@ -33,6 +33,8 @@ _PERIOD_START = datetime(2000, 1, 1)
 #: A second default, differing from ``_PERIOD_START`` in every field, to tell which fields a text gives.
 _OTHER_DEFAULT = datetime(2001, 2, 2, 1, 1, 1, 1)
 _FIELDS = ("year", "month", "day", "hour", "minute", "second", "microsecond")
+#: A fraction of a second as written ("10:15:30.25"): only then does a text name microseconds.
+_FRACTION = re.compile(r"\d[.,]\d")
 _EPOCH = datetime(1970, 1, 1)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -56,17 +58,27 @@ def read_time(value: object) -> Optional[datetime]:
 
 def period_end(value: TimeLike) -> Optional[datetime]:
     """The first instant after the period ``value`` names, where ``read_time`` gives its start:
-    "2024-06-30" ends at 1 July, "June 2024" too, "2024-06-30 15:00" at 15:01; a ``date`` is its
-    day, a ``datetime`` an instant. So ``<= "2024-06-30"`` keeps the afternoon of the 30th."""
+    "2024-06-30" ends at 1 July, "June 2024" too, "2024-06-30 15:00" at 15:01, "15:00:30" a second
+    on; a ``date`` is its day, a ``datetime`` an instant. So ``<= "2024-06-30"`` keeps the afternoon
+    of the 30th. None when ``value`` is no time, or its period ends past the calendar (year 9999)."""
     start = read_time(value)
-    if start is None or isinstance(value, datetime):
-        return start + _MICROSECOND if start is not None else None
-    if isinstance(value, date):
-        return start + timedelta(days=1)
-    other = _parse(str(value), _OTHER_DEFAULT)  # a field the text gives reads the same whatever the default
-    given = [f for f in _FIELDS if other is not None and getattr(other, f) == getattr(start, f)]
-    finest = given[-1] if given else "year"
-    return start + (_MICROSECOND if finest == "microsecond" else relativedelta(**{finest + "s": 1}))
+    if start is None:
+        return None
+    if isinstance(value, datetime):
+        step: Union[timedelta, relativedelta] = _MICROSECOND
+    elif isinstance(value, date):
+        step = timedelta(days=1)
+    else:
+        other = _parse(str(value), _OTHER_DEFAULT)  # a field the text gives reads the same whatever the default
+        given = [f for f in _FIELDS if other is not None and getattr(other, f) == getattr(start, f)]
+        finest = given[-1] if given else "year"
+        if finest == "microsecond" and not _FRACTION.search(str(value)):  # dateutil sets it with the seconds
+            finest = "second"
+        step = _MICROSECOND if finest == "microsecond" else relativedelta(**{finest + "s": 1})
+    try:
+        return start + step
+    except (OverflowError, ValueError):
+        return None
 
 
 def as_time(name: str, value: TimeLike) -> datetime:
@@ -79,7 +91,8 @@ def as_time(name: str, value: TimeLike) -> datetime:
 
 def micros(t: datetime) -> int:
     """``t`` (naive, as ``read_time`` gives it) in whole microseconds since 1970: exact, and compared
-    exactly by Qdrant (as a float64) for any time from 1685 to 2255."""
+    exactly by Qdrant (as a float64) for any time from 1685 to 2255; outside those years a range's
+    ends are exact to a few microseconds only."""
     return (t - _EPOCH) // _MICROSECOND
 
 

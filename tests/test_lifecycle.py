@@ -998,7 +998,7 @@ def _strip_payload_key(store, key):
 def test_a_memory_stored_before_times_were_indexed_gains_them_when_it_opens(open_memory, photos):
     """Time ranges (``rounds(since=)``, ``forget(until=)``, retrieval's ``timestamp`` filters) filter on
     each point's stored reading of its timestamp. Points an older version wrote have none; opening the
-    memory reads their timestamps once, so no range misses them. One with no readable time gets null."""
+    memory reads their timestamps once, so no range misses them. One with no readable time gets NO_TIME."""
     from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
     index = open_memory("alice")

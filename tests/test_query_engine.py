@@ -210,6 +210,22 @@ def test_a_time_filter_keeps_retrieval_to_rounds_seen_in_its_range(make_index):
     assert keys(_timed(*june)) == ["A:2", "B:1", "B:4"], "a round added after the retriever was made is in its range"
 
 
+@pytest.mark.parametrize("value, end", [
+    ("2024", "2025-01-01"), ("June 2024", "2024-07-01"), ("2024-06-30", "2024-07-01"), ("20240617", "2024-06-18"),
+    ("1:56 pm on 8 May, 2023", "2023-05-08 13:57"), ("2024-06-17 10:15", "2024-06-17 10:16"),
+    ("2024-06-17 10:15:30", "2024-06-17 10:15:31"), ("2024-06-17T10:15:30+02:00", "2024-06-17 08:15:31"),
+    ("2024-06-17T10:15:30.25", "2024-06-17 10:15:30.250001"),
+])
+def test_a_time_bound_ends_after_the_period_its_value_names(value, end):
+    """``<=`` and ``>`` end after the period a value names. Seconds were read as an instant (dateutil
+    sets the microseconds with them), so ``<= "10:15:30"`` left out 10:15:30.25."""
+    from datetime import datetime
+
+    from llama_index_vmem.times import period_end
+
+    assert period_end(value) == datetime.fromisoformat(end)
+
+
 def test_a_time_filter_holds_for_picture_questions_and_answers_with_no_memory_outside_it(make_index, photos, scripted_llm):
     """The picture filter falls back to every round when none near a picture matches: it must fall back
     to every round in the time range, and a range holding no round asks the LLM with no memory at all."""
@@ -265,11 +281,12 @@ def test_a_time_filter_keeps_the_pictures_a_round_borrows_in_its_range(make_inde
     _timed((FilterOperator.EQ, "2024-06-17")),
     _timed((FilterOperator.GTE, "not a date")),
     _timed((FilterOperator.GTE, 1718582400)),
+    _timed((FilterOperator.GT, "9999-12-31")),
     MetadataFilters(filters=[MetadataFilter(key="session_id", value="D1"), MetadataFilter(key="timestamp", value="2024-06-17",
                                                                                           operator=FilterOperator.GTE)],
                     condition=FilterCondition.OR),
 ], ids=["other_key", "not_equal_none", "two_and", "nested", "empty_session", "no_session", "negated", "in_none", "in_empty_id",
-        "in_not_a_list", "not_in_not_a_list", "or_not_equal", "or_other_key", "dict", "time_equal", "time_unreadable", "time_number", "time_or"])
+        "in_not_a_list", "not_in_not_a_list", "or_not_equal", "or_other_key", "dict", "time_equal", "time_unreadable", "time_number", "time_past_the_calendar", "time_or"])
 def test_a_filter_retrieval_cannot_apply_is_refused_by_name_not_ignored(make_index, photos, filters):
     index = _memory(make_index, photos)
     with pytest.raises(VMemInputError) as caught:

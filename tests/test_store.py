@@ -478,6 +478,10 @@ class RecordingClient(QdrantClient):
         self.upserted.append((collection_name, len(points)))
         return super().upsert(collection_name, points, *args, **kwargs)
 
+    def batch_update_points(self, collection_name, update_operations, *args, **kwargs):
+        self.upserted.append((collection_name, sum(len(op.set_payload.points) for op in update_operations)))
+        return super().batch_update_points(collection_name, update_operations, *args, **kwargs)
+
     def get_collection(self, collection_name):
         """As a server reports it: local mode keeps no payload indexes, so it lists none."""
         info = super().get_collection(collection_name)
@@ -519,6 +523,23 @@ def test_server_upserts_are_sent_in_batches_and_store_every_point(tmp_path, mini
         assert len(index) == 8
         for c in Collection:
             assert index.store.count(c, index.scope()) == sum(sizes[f"vmem_{c.value}"]) == client.count(f"vmem_{c.value}").count
+    finally:
+        index.close()
+
+
+def test_server_payload_updates_are_sent_in_batches_and_reach_every_point(tmp_path, minilm, tiny_siglip, photos):
+    """Opening a memory an older version wrote sets each point's stored time: one request per point
+    would be one round trip each, and one for them all could pass the server's request size limit."""
+    client = RecordingClient()
+    index = VMemIndex.from_defaults(client=client, path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip)
+    try:
+        index.add_rounds([dict(r, round_key=f"{r['round_key']}-{i}") for i in range(2) for r in _rounds(photos)])
+        index.store.batch_size = 3
+        ids = [h.id for h in index.store.scroll(Collection.ROUNDS, index.scope())]
+        client.upserted.clear()
+        index.store.set_payloads(Collection.ROUNDS, [(ids[:5], {"mark": 1}), (ids[5:], {"mark": 2})])
+        assert client.upserted == [("vmem_rounds", 3), ("vmem_rounds", 3), ("vmem_rounds", 2)]
+        assert [h.payload["mark"] for h in index.store.scroll(Collection.ROUNDS, index.scope())] == [1] * 5 + [2] * 3
     finally:
         index.close()
 
@@ -591,8 +612,8 @@ def test_reads_cover_every_page_of_a_scope(make_index, photos, monkeypatch):
 
 
 def test_a_scroll_for_some_keys_reads_only_those_in_conversation_order(make_index, photos):
-    """A time filter reads every round's timestamp at each retrieval; whole payloads (texts and all)
-    were most of that cost, so a scroll can ask for the keys it needs."""
+    """Opening a memory reads the timestamps of the points an older version stored without their time;
+    whole payloads (texts and all) would be most of that cost, so a scroll can ask for the keys it needs."""
     index = make_index()
     index.add_rounds(_rounds(photos))
     whole = index.store.scroll(Collection.ROUNDS, index.scope())

@@ -247,8 +247,8 @@ class LaneStore(abc.ABC):
     def delete(self, collection: Collection, scope: Scope) -> None: ...
 
     @abc.abstractmethod
-    def set_payload(self, collection: Collection, scope: Scope, payload: Dict[str, Any]) -> None:
-        """Set these keys in the payloads of the points in scope, keeping the rest."""
+    def set_payloads(self, collection: Collection, updates: Sequence[Tuple[Sequence[str], Dict[str, Any]]]) -> None:
+        """For each ``(point ids, payload)``, set those keys in those points' payloads, keeping the rest."""
 
     @property
     def identity(self) -> Hashable:

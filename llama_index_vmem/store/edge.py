@@ -189,9 +189,10 @@ class EdgeLaneStore(LaneStore):
         if not scope.is_empty:
             self._shards[collection].update(qe.UpdateOperation.delete_points_by_filter(_filter(scope)))
 
-    def set_payload(self, collection: Collection, scope: Scope, payload: Dict[str, Any]) -> None:
-        if not scope.is_empty:
-            self._shards[collection].update(qe.UpdateOperation.set_payload_by_filter(_filter(scope), payload))
+    def set_payloads(self, collection: Collection, updates: Sequence[Tuple[Sequence[str], Dict[str, Any]]]) -> None:
+        for ids, payload in updates:
+            if ids:
+                self._shards[collection].update(qe.UpdateOperation.set_payload(list(ids), payload))
 
     def optimize(self) -> None:
         """Merge segments and build HNSW indexes: minutes at 100k rounds on 2 cores, writes wait."""

@@ -6,6 +6,7 @@ Each lane is one collection shared by all memories, with ``memory_id`` as the te
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple, Union
@@ -131,9 +132,13 @@ class ServerLaneStore(LaneStore):
         if not scope.is_empty:
             self.client.delete(self.name(collection), points_selector=models.FilterSelector(filter=_filter(scope)), wait=True)
 
-    def set_payload(self, collection: Collection, scope: Scope, payload: Dict[str, Any]) -> None:
-        if not scope.is_empty:
-            self.client.set_payload(self.name(collection), payload, points=models.FilterSelector(filter=_filter(scope)), wait=True)
+    def set_payloads(self, collection: Collection, updates: Sequence[Tuple[Sequence[str], Dict[str, Any]]]) -> None:
+        """Batched, about ``batch_size`` points a request: one request per point would be one round trip each."""
+        flat = [(n, point_id) for n, (ids, _) in enumerate(updates) for point_id in ids]
+        for start in range(0, len(flat), self.batch_size):
+            batch = [models.SetPayloadOperation(set_payload=models.SetPayload(payload=updates[n][1], points=[i for _, i in group]))
+                     for n, group in itertools.groupby(flat[start:start + self.batch_size], key=lambda pair: pair[0])]
+            self.client.batch_update_points(self.name(collection), batch, wait=True)
 
     def close(self) -> None:
         if self.owns_client:
@@ -173,7 +178,7 @@ def _sparse_config(c: Collection) -> Optional[Dict[str, models.SparseVectorParam
 
 
 def _payload_indexes() -> Dict[str, Any]:
-    """Every payload index a collection has: ``memory_id`` as the tenant key, the other ids, ``seq``."""
+    """Every payload index a collection has: ``memory_id`` as the tenant key, the other ids, ``seq`` and ``time``."""
     tenant = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)
     integer = models.IntegerIndexParams(type=models.IntegerIndexType.INTEGER, lookup=True, range=True)
     return ({key: tenant if key == schema.MEMORY_ID else models.PayloadSchemaType.KEYWORD for key in schema.INDEXED_KEYWORDS}
