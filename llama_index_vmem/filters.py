@@ -1,7 +1,8 @@
 """What a stock ``MetadataFilters`` keeps V-Mem's retrieval to: the one place that reads one.
 
-The store narrows V-Mem's lanes by session, and a time range by each round's own timestamp (read
-as ``list_rounds`` and ``forget`` read ``since``/``until``), so these filters are taken:
+The store narrows V-Mem's lanes by session, and by time through each point's stored reading of its
+timestamp (``times.py``; the one ``list_rounds`` and ``forget`` use for ``since``/``until``), so these
+filters are taken:
 
 * ``session_id``: ``==`` one session, ``in`` a list, or several ``==`` joined by OR;
 * ``session_id`` ``!=`` one session or ``not in`` a list (a round with no session is in none, as

@@ -37,10 +37,10 @@ from .encoders import Bm25Encoder, encoder_id
 from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
 from .lifecycle import Selection, StoredRound
-from .times import TimeLike
 from .node_parser import (ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_text, checked_round, default_round_key,
                           last_default_number, round_input_from_dict, stored_image_identity, with_distinct_image_ids)
 from .store import Collection, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
+from .times import TimeLike
 
 if TYPE_CHECKING:
     from .chat_engine import VMemChatEngine
@@ -164,10 +164,9 @@ class VMemIndex:
             self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
             self.lane_dims = self._dims()
             store.ensure_collections(self.lane_dims, self.manifest())
-            with _write_lock(store, memory_id):  # a forget by another handle of this memory would delete what it names
+            with _write_lock(store, memory_id):  # another handle of this memory may be writing
                 self._backfill_times()
-            if store.exclusive:  # on a server another process may be mid-write: its leftovers wait for the next add or forget
-                with _write_lock(store, memory_id):
+                if store.exclusive:  # on a server another process may be mid-write: its leftovers wait for the next add or forget
                     self._sweep_unfinished(self._last_seq())
                     lifecycle.sweep_trash(self)
             image_io.sweep_stale(self.image_dir.rglob("*.tmp"), image_io.STALE_TEMPORARY_S)  # killed writes' leftovers
