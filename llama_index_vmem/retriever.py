@@ -186,7 +186,7 @@ class VMemRetriever(BaseRetriever):
         if fallback:  # the picture filter would remove every candidate: keep the ranking without it
             rankings, fused, payloads = self._rank(plan, anchors, query_bundle, None)
         top = fused[: plan.k] if plan.round_level else units_covering(fused, plan.k)
-        nodes = self._nodes(plan, anchors, top, payloads)
+        nodes = self._nodes(plan, anchors, top, payloads, fallback)
         visual = next((h for s in plan.signals if s.is_visual for h in rankings[s.name][:1]), None)
         logger.debug("route %s, %d rounds, anchors %s", plan.case.value, len(top), anchors)
         return RetrievalResult(plan, anchors, top, nodes, visual_match=visual, filter_fallback=fallback)
@@ -279,7 +279,7 @@ class VMemRetriever(BaseRetriever):
         return index.store.search(signal.collection, signal.vector, vector, scope, pool)
 
     def _nodes(self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], top: List[Fused],
-               payloads: Mapping[str, Mapping[str, Any]]) -> List[NodeWithScore]:
+               payloads: Mapping[str, Mapping[str, Any]], fallback: bool) -> List[NodeWithScore]:
         anchor_info = {a.value: {"text": v.text, "source": v.source} for a, v in anchors.items()}
 
         def explained(node: Any, fused: Fused) -> NodeWithScore:
@@ -294,6 +294,7 @@ class VMemRetriever(BaseRetriever):
                 "matched_units": {s: h.id for s, h in fused.best_units.items()},
                 "reasons": list(plan.reasons),
                 "neighbor_window": plan.neighbor_window,
+                "filter_fallback": fallback,  # a plain ``retrieve()`` sees it here, as a response's metadata shows it
                 "match": "retrieved",
             }
             for excluded in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):

@@ -166,6 +166,9 @@ def test_a_response_says_when_the_picture_filter_found_no_round(make_index, phot
                for session in ("D1", "D2")}
     assert {s: (a.metadata["case"], a.metadata["filter_fallback"]) for s, a in answers.items()} == {
         "D1": ("text->image", False), "D2": ("text->image", True)}
+    explained = {session: {n.node.metadata["vmem"]["filter_fallback"] for n in index.as_retriever(filters=_in_session(session)).retrieve(question)
+                           if "vmem" in n.node.metadata} for session in ("D1", "D2")}
+    assert explained == {"D1": {False}, "D2": {True}}, "a plain retrieve() sees it in each node's explanation"
 
 
 def _timed(*bounds, session=None):
