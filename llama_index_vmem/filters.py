@@ -113,13 +113,12 @@ def _session_values(leaf: MetadataFilter) -> List[Any]:
 def _bound(leaf: MetadataFilter) -> datetime:
     """Where a ``timestamp`` filter's range starts (``>=``, ``>``) or stops (``<``, ``<=``): its value names a
     period ("2024-06-30", "June 2024"), which ``>=`` and ``<`` start from and ``>`` and ``<=`` end after. A
-    number is refused, since no unit (seconds? a year?) is certain."""
+    period ending past the calendar (in year 9999) ends at its last instant: ``<=`` keeps every dated round
+    and ``>`` none. A number is refused, since no unit (seconds? a year?) is certain."""
     if not isinstance(leaf.value, str):
         raise VMemInputError("filters timestamp", f"must be a date or time written as text, got {leaf.value!r}")
     start = as_time("filters timestamp", leaf.value)
     if leaf.operator not in (FilterOperator.GT, FilterOperator.LTE):
         return start
     end = period_end(leaf.value)
-    if end is None:
-        raise VMemInputError("filters timestamp", f"{leaf.value!r} names a period that ends past the calendar (year 9999)")
-    return end
+    return end if end is not None else datetime.max

@@ -33,8 +33,9 @@ _PERIOD_START = datetime(2000, 1, 1)
 #: A second default, differing from ``_PERIOD_START`` in every field, to tell which fields a text gives.
 _OTHER_DEFAULT = datetime(2001, 2, 2, 1, 1, 1, 1)
 _FIELDS = ("year", "month", "day", "hour", "minute", "second", "microsecond")
-#: A fraction of a second as written ("10:15:30.25"): only then does a text name microseconds.
-_FRACTION = re.compile(r"\d[.,]\d")
+#: A fraction of a second as written ("10:15:30.25", "101530.25"): only then does a text name microseconds
+#: (the dots of "17.06.2024 10:15:30" are not one).
+_FRACTION = re.compile(r"(?:\d:\d\d|\d{6})[.,]\d")
 _EPOCH = datetime(1970, 1, 1)
 _MICROSECOND = timedelta(microseconds=1)
 

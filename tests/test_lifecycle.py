@@ -1038,3 +1038,46 @@ def test_an_import_reads_each_time_from_its_timestamp_not_from_the_archive(open_
     with VMemIndex.from_archive(tmp_path / "edited.zip", path=tmp_path / "copy", embed_model=minilm, image_encoder=tiny_siglip) as copy:
         assert [r.round.metadata["round_key"] for r in copy.rounds(since="2024-07-01")] == ["D2:1", "D2:2"]
         assert [r.round.metadata["round_key"] for r in copy.rounds(until="1970-01-02")] == []
+
+
+@pytest.mark.parametrize("make_index", ["server"], indirect=True)
+def test_a_server_open_neither_waits_for_this_process_nor_fails_on_a_point_deleted_meanwhile(make_index, photos, monkeypatch):
+    """On a server, which other processes reach, the open's backfill of stored times took the memory's
+    write lock, so it waited for any write of this process (an add holds it while encoding), and it named
+    points by id, so a round another process forgot between its read and its write failed the open."""
+    import threading
+
+    from llama_index_vmem import index as index_module
+    from llama_index_vmem.store.server import ServerLaneStore
+
+    monkeypatch.setattr(ServerLaneStore, "exclusive", property(lambda self: False))  # local mode, read as a server
+    first = make_index(memory_id="m")
+    first.add_rounds(_conversation(photos))
+    _strip_payload_key(first.store, schema.TIME)
+    read = ServerLaneStore.scroll
+    forgotten = []
+
+    def forget_between(self, collection, scope, *args, **kwargs):  # another process forgets a round just read
+        hits = read(self, collection, scope, *args, **kwargs)
+        if scope.lacking == schema.TIME and collection is Collection.ROUNDS and hits and not forgotten:
+            forgotten.append(hits[0].payload.get("seq"))
+            self.client.delete(self.name(collection), points_selector=[hits[0].id], wait=True)
+        return hits
+
+    monkeypatch.setattr(ServerLaneStore, "scroll", forget_between)
+    opened, failed = [], []
+    with index_module._write_lock(first.store, "m"):  # held as by a long add of another handle
+        opener = threading.Thread(target=lambda: _catching(lambda: opened.append(make_index(memory_id="m")), failed), daemon=True)
+        opener.start()
+        opener.join(60)
+        assert opened and not failed, failed or "the open waited for this process's write lock"
+    [second] = opened
+    assert forgotten == [1] and second.store.scroll(Collection.ROUNDS, second.scope(lacking=schema.TIME)) == []
+    assert [r.round.metadata["round_key"] for r in second.rounds(since="2024-07-01")] == ["D2:1", "D2:2"]
+
+
+def _catching(fn, errors):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - reported by the test that runs it
+        errors.append(e)

@@ -248,7 +248,8 @@ class LaneStore(abc.ABC):
 
     @abc.abstractmethod
     def set_payloads(self, collection: Collection, updates: Sequence[Tuple[Sequence[str], Dict[str, Any]]]) -> None:
-        """For each ``(point ids, payload)``, set those keys in those points' payloads, keeping the rest."""
+        """For each ``(point ids, payload)``, set those keys in those points' payloads, keeping the rest.
+        An id another process deleted meanwhile is skipped where another process can reach the store."""
 
     @property
     def identity(self) -> Hashable:

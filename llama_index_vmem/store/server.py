@@ -133,11 +133,17 @@ class ServerLaneStore(LaneStore):
             self.client.delete(self.name(collection), points_selector=models.FilterSelector(filter=_filter(scope)), wait=True)
 
     def set_payloads(self, collection: Collection, updates: Sequence[Tuple[Sequence[str], Dict[str, Any]]]) -> None:
-        """Batched, about ``batch_size`` points a request: one request per point would be one round trip each."""
+        """Batched, at most ``batch_size`` points a request: one request per point would be one round trip
+        each. On a server the points are named by a filter, which skips one another process deleted
+        meanwhile (by id, Qdrant refuses the request); local mode's filters scan every point, and no
+        other process reaches it, so there they are named by id."""
         flat = [(n, point_id) for n, (ids, _) in enumerate(updates) for point_id in ids]
         for start in range(0, len(flat), self.batch_size):
-            batch = [models.SetPayloadOperation(set_payload=models.SetPayload(payload=updates[n][1], points=[i for _, i in group]))
-                     for n, group in itertools.groupby(flat[start:start + self.batch_size], key=lambda pair: pair[0])]
+            batch = []
+            for n, group in itertools.groupby(flat[start:start + self.batch_size], key=lambda pair: pair[0]):
+                ids = [i for _, i in group]
+                named = dict(points=ids) if self.exclusive else dict(filter=models.Filter(must=[models.HasIdCondition(has_id=ids)]))
+                batch.append(models.SetPayloadOperation(set_payload=models.SetPayload(payload=updates[n][1], **named)))
             self.client.batch_update_points(self.name(collection), batch, wait=True)
 
     def close(self) -> None:
