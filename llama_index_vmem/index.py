@@ -164,13 +164,13 @@ class VMemIndex:
             self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
             self.lane_dims = self._dims()
             store.ensure_collections(self.lane_dims, self.manifest())
-            if store.exclusive:  # another handle of this memory may be writing; on a server another process may be
-                with _write_lock(store, memory_id):  # mid-write, and its leftovers wait for the next add or forget
+            if store.exclusive:
+                with _write_lock(store, memory_id):  # another handle of this memory may be writing
                     self._backfill_times()
                     self._sweep_unfinished(self._last_seq())
                     lifecycle.sweep_trash(self)
-            else:  # no lock: a server open does not wait on this process's writes, and the backfill skips what they delete
-                self._backfill_times()
+            else:  # on a server another process may be mid-write: its leftovers wait for the next add or forget. No
+                self._backfill_times()  # lock, so the open waits on no write of this process; the backfill skips what one deletes
             image_io.sweep_stale(self.image_dir.rglob("*.tmp"), image_io.STALE_TEMPORARY_S)  # killed writes' leftovers
             for cache in (self.delivered_dir, self.attached_dir):  # flat: a folder in one is none of its files
                 if not cache.is_symlink():
