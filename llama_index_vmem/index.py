@@ -339,11 +339,6 @@ class VMemIndex:
 
     def _commit(self, inputs: List[RoundInput]) -> List[TextNode]:
         check_text(inputs)
-        unreadable = sorted({r.timestamp for r in inputs if r.timestamp and times.read_time(r.timestamp) is None})
-        if unreadable:  # stored and shown as given, but a time range can never select these rounds
-            logger.warning("memory %s: timestamp(s) %s are not dates the time filters read: since/until will not "
-                           "select their rounds (give a date with its year, or a datetime)",
-                           self.memory_id, ", ".join(map(repr, unreadable[:5])))
         # fetched and decoded outside the lock: a slow URL holds up no other writer of this memory
         inputs = [self._parser.load_images(r, r.item(i), r.round_key) for i, r in enumerate(inputs)]
         with _write_lock(self.store, self.memory_id):
@@ -368,6 +363,12 @@ class VMemIndex:
             for p in parsed:
                 if p.session_id in known:
                     known[p.session_id] = max(known[p.session_id], last_default_number(p.session_id, [p.round_key]))
+        stamps = [p.round_node.metadata for p in parsed]  # read once, by the parser, into the stored time
+        unreadable = sorted({m[schema.TIMESTAMP] for m in stamps if m[schema.TIMESTAMP] and m[schema.TIME] == times.NO_TIME})
+        if unreadable:  # stored and shown as given, but a time range can never select these rounds
+            logger.warning("memory %s: timestamp(s) %s are not dates the time filters read: since/until will not "
+                           "select their rounds (give a date with its year, or a datetime)",
+                           self.memory_id, ", ".join(map(repr, unreadable[:5])))
         for r in renamed:
             logger.warning("%s image %s: another picture has this id (in this memory or earlier in this call); stored as %r",
                            r.item, r.given, r.stored)
