@@ -26,6 +26,7 @@ from .encoders import encoder_differences, same_encoders
 from .encoders.bm25 import Sparse
 from .errors import VMemInputError
 from .lifecycle import check_id
+from .node_parser import MAX_TEXT_CHARS
 from .store import Collection, LaneDims, PointData
 from .store.base import MAX_SEQ
 
@@ -49,6 +50,13 @@ SHARED_KEYS = (schema.ROUND_KEY, schema.SEQ, schema.SESSION_ID, schema.TIMESTAMP
 SPARSE_INDICES = 2**32
 #: The largest vector element Qdrant stores as given: it keeps vectors as float32, where more is inf.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: How many times its own size an archive may unpack to. An export unpacks to about three times
+#: (vectors written as decimals, pictures already compressed); a zip bomb to hundreds or thousands.
+MAX_INFLATION = 50
+#: What any archive may unpack to, however small the zip: a few memories' worth of points.
+MIN_UNPACKED_LIMIT = 64 * 1024 * 1024
+#: The lane each unit collection holds, as an add writes it in ``modality``.
+LANES = {Collection.TEXT: schema.Lane.TEXT.value, Collection.IMAGE: schema.Lane.IMAGE.value}
 
 
 def export_memory(index: "VMemIndex", path: Union[str, Path]) -> Path:
@@ -121,6 +129,7 @@ def read_archive(path: Union[str, Path]) -> Archive:
     path = Path(path)
     try:
         with zipfile.ZipFile(path) as archive:
+            _check_unpacked_size(path, archive)
             document = json.loads(archive.read(MEMORY_JSON))
             images = {}
             for info in archive.infolist():
@@ -136,6 +145,17 @@ def read_archive(path: Union[str, Path]) -> Archive:
     if document.get("format") != FORMAT:
         raise VMemInputError(f"archive {path}", f"has format {document.get('format')!r}; this version reads {FORMAT}")
     return Archive(path, document, images)
+
+
+def _check_unpacked_size(path: Path, archive: zipfile.ZipFile) -> None:
+    """Refuse a zip that would unpack to far more than an export of its size does, before any of
+    it is read: everything is read into memory, so a small crafted zip could exhaust it. zipfile
+    stops each entry at its declared size, so the declared sizes bound what is read."""
+    unpacked = sum(info.file_size for info in archive.infolist())
+    limit = max(MIN_UNPACKED_LIMIT, MAX_INFLATION * path.stat().st_size)
+    if unpacked > limit:
+        raise VMemInputError(f"archive {path}", f"unpacks to {unpacked} bytes, over the {limit} an archive of its "
+                                                f"size may hold ({MAX_INFLATION} times its size): it is no export")
 
 
 def _image(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> image_io.LoadedImage:
@@ -236,7 +256,8 @@ def _check(points: Dict[Collection, List[PointData]], dims: LaneDims) -> None:
 
 def _check_point(c: Collection, p: PointData, sizes: Dict[str, int]) -> None:
     """Whole-number positions, text where text is read (a number there makes every listing or
-    search that reaches the point fail), UTF-8 the store can take, vectors the store can take."""
+    search that reaches the point fail), UTF-8 the store can take, vectors the store can take, and
+    units as an add writes them (``_check_unit``)."""
     positions = (schema.SEQ,) if c is Collection.ROUNDS else (schema.SEQ, schema.UNIT_INDEX)
     if not all(type(p.payload.get(key)) is int for key in positions):
         raise ValueError(f"point {p.id}: {' and '.join(positions)} must be whole numbers")
@@ -251,8 +272,29 @@ def _check_point(c: Collection, p: PointData, sizes: Dict[str, int]) -> None:
             raise ValueError(f"point {p.id}: {key} must be a list of text")
     if not schema.is_utf8(json.dumps(p.payload, ensure_ascii=False)):
         raise ValueError(f"point {p.id}: its payload holds text that cannot be stored as UTF-8 (a lone surrogate)")
+    if c in LANES:
+        _check_unit(c, p)
     for name, v in p.vectors.items():
         _check_vector(p, name, v, sizes)
+
+
+def _check_unit(c: Collection, p: PointData) -> None:
+    """A unit in its own lane, numbered within its round, with text no add would refuse, vectors to
+    be found by, and a picture file exactly when it says it has pixels: a later add sharing that
+    picture reads the file the unit names, and one naming none failed there with a bare error."""
+    payload = p.payload
+    if payload.get(schema.MODALITY) != LANES[c]:
+        raise ValueError(f"point {p.id}: modality must be {LANES[c]!r} in the {c.value} collection")
+    if not 0 <= payload[schema.UNIT_INDEX] <= MAX_SEQ:
+        raise ValueError(f"point {p.id}: unit_index must be from 0 to {MAX_SEQ}")
+    for key in (schema.TEXT, schema.CAPTION):
+        if len(payload.get(key) or "") > MAX_TEXT_CHARS:
+            raise ValueError(f"point {p.id}: {key} is over the {MAX_TEXT_CHARS} characters an add takes")
+    if not p.vectors:
+        raise ValueError(f"point {p.id}: a unit must have vectors")
+    if c is Collection.IMAGE and (type(payload.get(schema.HAS_PIXELS)) is not bool
+                                  or payload[schema.HAS_PIXELS] != bool(payload.get(schema.IMAGE_PATH))):
+        raise ValueError(f"point {p.id}: has_pixels must be true exactly when the unit names an image_path")
 
 
 def _check_vector(p: PointData, name: str, v: Any, sizes: Dict[str, int]) -> None:
@@ -341,6 +383,8 @@ def _point_to_json(p: PointData) -> Dict[str, Any]:
 
 
 def _point_from_json(data: Dict[str, Any]) -> PointData:
+    if not isinstance(data, dict) or not isinstance(data.get("payload"), dict) or not isinstance(data.get("vectors"), dict):
+        raise ValueError("a point must be an object with a payload object and a vectors object")
     vectors = {n: Sparse(tuple(v["indices"]), tuple(v["values"])) if isinstance(v, dict) else v
                for n, v in data["vectors"].items()}
     return PointData(data["id"], data["payload"], vectors)

@@ -15,7 +15,7 @@ from llama_index.core.schema import NodeWithScore
 
 from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle, neighbours, schema, times
 from llama_index_vmem.postprocessor import BLOCK_ROUNDS, NeighborRoundPostprocessor
-from llama_index_vmem.node_parser import RoundInput
+from llama_index_vmem.node_parser import MAX_TEXT_CHARS, RoundInput
 from llama_index_vmem.encoders.bm25 import Sparse
 from llama_index_vmem.store import Collection
 from llama_index_vmem.store.base import MAX_SEQ
@@ -885,6 +885,12 @@ def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, t
                 point["payload"].update({k: v(point) if callable(v) else v for k, v in changes.items()})
         return edit
 
+    def image_units(**changes):
+        def edit(point):
+            if point["payload"].get("modality") == "image":
+                point["payload"].update(changes)
+        return edit
+
     def element(name, key, position, value):  # one element of every vector ``name`` (``key``: of a sparse one)
         def edit(point):
             if name in point["vectors"]:
@@ -929,7 +935,16 @@ def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, t
                                   ("nul-key.zip", edited(lambda p: p["payload"].update(round_key="D1:1\x00x")), "'round_key' must not contain NUL"),
                                   ("blank-key.zip", edited(lambda p: p["payload"].update(round_key="")), "round_key: must not be empty"),
                                   ("nul-image-id.zip", edited(lambda p: p["payload"].update(image_id="I\x00") if "image_id" in p["payload"] else None),
-                                   "'image_id' must not contain NUL")):
+                                   "'image_id' must not contain NUL"),
+                                  ("long-text.zip", edited(units(text=lambda p: "x" * (MAX_TEXT_CHARS + 1) if p["payload"].get("text") else None)),
+                                   f"text is over the {MAX_TEXT_CHARS} characters"),
+                                  # a picture that names no file: a later add sharing its id read the file and failed bare
+                                  ("no-file.zip", edited(image_units(image_path=None)), "has_pixels must be true exactly when"),
+                                  ("pixels-word.zip", edited(image_units(has_pixels="yes")), "has_pixels must be true exactly when"),
+                                  ("lane.zip", edited(units(modality="image")), "modality must be 'text' in the text collection"),
+                                  ("unit-index.zip", edited(units(unit_index=2**70)), f"unit_index must be from 0 to {MAX_SEQ}"),
+                                  ("no-vectors.zip", edited(lambda p: "unit_index" in p["payload"] and p.update(vectors={})), "a unit must have vectors"),
+                                  ("vector-list.zip", edited(lambda p: p.update(vectors=[])), "a vectors object")):
         with pytest.raises(VMemInputError, match=message):
             VMemIndex.from_archive(crafted(name, change), path=tmp_path / name.replace(".zip", ""), **opened)
         target = VMemIndex.from_defaults(path=tmp_path / name.replace(".zip", ""), **opened)
@@ -937,6 +952,34 @@ def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, t
             assert len(target) == 0 and not [p for p in target.image_dir.rglob("*") if p.is_file()]
         finally:
             target.close()
+
+
+def test_an_archive_that_unpacks_to_far_more_than_an_export_is_refused_before_it_is_read(open_memory, photos, tmp_path, minilm,
+                                                                                          tiny_siglip, monkeypatch):
+    """A zip bomb: a small zip whose memory.json (or pictures) unpack to hundreds of times its size
+    would be read whole into memory. An export of the same memory stays well inside the limit."""
+    from llama_index_vmem import archive as archive_module
+
+    monkeypatch.setattr(archive_module, "MIN_UNPACKED_LIMIT", 1024 * 1024)
+    index = open_memory()
+    index.add_rounds(_conversation(photos)[:2])
+    export = index.export_archive(tmp_path / "m.zip")
+    with zipfile.ZipFile(export) as z:
+        unpacked = sum(i.file_size for i in z.infolist())
+    assert unpacked < archive_module.MAX_INFLATION * export.stat().st_size / 5, "an export inflates far less than the limit"
+    with zipfile.ZipFile(export) as z:
+        entries = {n: z.read(n) for n in z.namelist()}
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for name, data in entries.items():
+            z.writestr(name, data + b" " * (100 * export.stat().st_size) if name == "memory.json" else data)
+    with pytest.raises(VMemInputError, match=f"archive {re.escape(str(bomb))}: unpacks to .* bytes, over the"):
+        VMemIndex.from_archive(bomb, path=tmp_path / "bombed", embed_model=minilm, image_encoder=tiny_siglip)
+    copy = VMemIndex.from_archive(export, path=tmp_path / "copy", embed_model=minilm, image_encoder=tiny_siglip)
+    try:
+        assert len(copy) == len(index)
+    finally:
+        copy.close()
 
 
 def test_an_archive_with_damaged_compressed_data_is_refused_by_name(open_memory, photos, tmp_path, minilm, tiny_siglip):
