@@ -139,6 +139,18 @@ def block_header(rounds: List[Dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
+def seen_line(previous: Dict[str, Any], current: Dict[str, Any]) -> str:
+    """A line giving a round its own time where it differs from the round before it in the block.
+
+    The block header carries the first round's time only; without this a neighbour delivered from
+    outside a time filter, or a session running over several days, would reach the model dated by
+    another round's time."""
+    when = current.get(TIMESTAMP)
+    if not when or when == previous.get(TIMESTAMP):
+        return ""
+    return f"[seen {when}, round {current.get(ROUND_KEY, '?')}]\n"
+
+
 @dataclass
 class VMemQueryBundle(QueryBundle):
     """A ``QueryBundle`` whose attached image may also (or only) be known by a caption.

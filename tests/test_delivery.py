@@ -425,3 +425,28 @@ def test_a_rename_is_looked_up_a_chunk_at_a_time_and_not_logged_when_the_add_fai
         with pytest.raises(VMemInputError, match="already stored"):
             index.add_rounds([{"round_key": "K:9", "images": [{"image_id": "P", "path": str(photos["astronaut"])}]}])
     assert "another picture has this id" not in caplog.text, "nothing was stored, so nothing was renamed"
+
+
+@pytest.mark.parametrize("mode", ["text", "pixels"])
+def test_each_round_of_a_block_reaches_the_model_with_its_own_time(make_index, mode):
+    """A block header carries its first round's time. A neighbour delivered from outside a time
+    filter, or a session running over several days, is dated by a line of its own, not by the header."""
+    from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
+
+    index = make_index()
+    index.add_rounds([
+        {"round_key": "D1:1", "session_id": "D1", "timestamp": "2024-05-31", "user": "We booked the flights.", "assistant": "Great."},
+        {"round_key": "D1:2", "session_id": "D1", "timestamp": "2024-06-01", "user": "I ate paella in Valencia.", "assistant": "Yum."},
+        {"round_key": "D1:3", "session_id": "D1", "timestamp": "2024-06-01", "user": "Then a walk by the sea.", "assistant": "Nice."},
+        {"round_key": "D1:4", "session_id": "D1", "timestamp": "2024-07-03", "user": "Back home, tired.", "assistant": "Rest."},
+    ])
+    june = MetadataFilters(filters=[MetadataFilter(key="timestamp", value="2024-06-01", operator=FilterOperator.GTE),
+                                    MetadataFilter(key="timestamp", value="2024-07-01", operator=FilterOperator.LT)])
+    llm = MockLLMWithChatMemoryOfLastCall()
+    engine = index.as_query_engine(llm=llm, delivery=mode, filters=june, k=2)
+    engine.query("Where did I eat paella?")
+    text = "".join(b.text for b in _sent(llm) if isinstance(b, TextBlock))
+    assert "[seen 2024-05-31, session D1, rounds D1:1 to D1:4]" in text
+    assert "[seen 2024-06-01, round D1:2]\nUser: I ate paella in Valencia." in text
+    assert "[seen 2024-07-03, round D1:4]\nUser: Back home, tired." in text
+    assert text.count("[seen ") == 3, "a round seen when the round before it was gets no line of its own"
