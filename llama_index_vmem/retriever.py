@@ -282,7 +282,8 @@ class VMemRetriever(BaseRetriever):
                payloads: Mapping[str, Mapping[str, Any]], fallback: bool) -> List[NodeWithScore]:
         anchor_info = {a.value: {"text": v.text, "source": v.source} for a, v in anchors.items()}
 
-        def explained(node: Any, fused: Fused) -> NodeWithScore:
+        def explained(node: Any, fused: Fused, match: str = "retrieved") -> NodeWithScore:
+            """``match``: "retrieved", or for a picture returned with a round, "picture of <round key>"."""
             if not isinstance(node, ImageNode):  # an image's hash leaves its metadata out already
                 node = ExplainedNode(**node.__dict__)
             node.metadata[EXPLAIN_KEY] = {
@@ -290,12 +291,12 @@ class VMemRetriever(BaseRetriever):
                 "anchors": anchor_info,
                 "ranks": dict(fused.ranks),
                 "fused_score": fused.score,
-                "follows": fused.follows,
+                "follows": payloads[fused.follows][schema.ROUND_KEY] if fused.follows in payloads else None,
                 "matched_units": {s: h.id for s, h in fused.best_units.items()},
                 "reasons": list(plan.reasons),
                 "neighbor_window": plan.neighbor_window,
                 "filter_fallback": fallback,  # a plain ``retrieve()`` sees it here, as a response's metadata shows it
-                "match": "retrieved",
+                "match": match,
             }
             for excluded in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):
                 if EXPLAIN_KEY not in excluded:
@@ -320,5 +321,5 @@ class VMemRetriever(BaseRetriever):
             for img in images.get(fused.id, []):
                 if img.node_id not in listed:  # a picture that several rounds return follows the best of them
                     listed.add(img.node_id)
-                    out.append(NodeWithScore(node=img, score=fused.score))
+                    out.append(explained(img, fused, f"picture of {node.metadata[schema.ROUND_KEY]}"))
         return out

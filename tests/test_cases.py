@@ -102,6 +102,8 @@ def test_text_to_image_hypo_caption_finds_the_image(make_index, minilm, photos, 
     assert _top_round(result.nodes) == "D2:1"
     assert result.nodes[1].node.metadata["image_id"] == "D2:IMG_001"
     assert isinstance(result.nodes[1].node, ImageNode) and result.nodes[1].node.image_path
+    picture = result.nodes[1].node.metadata[EXPLAIN_KEY]  # every returned node says why it came back
+    assert picture["match"] == "picture of D2:1" and picture["ranks"] == result.nodes[0].node.metadata[EXPLAIN_KEY]["ranks"]
     assert f"Question: {question}" in llm.prompts[0]
     assert result.nodes[0].node.metadata[EXPLAIN_KEY]["anchors"]["hypo_caption"]["source"] == "llm"
 
@@ -363,7 +365,7 @@ def test_a_photo_shared_a_round_after_the_one_naming_it_is_ranked_through_that_r
 
     plain, carried = ranking(0, k=5), ranking(0.25, k=5)
     assert "D2:2" not in plain and "D2:2" in carried
-    assert carried["D2:2"].node.metadata[EXPLAIN_KEY]["follows"] == carried["D2:1"].node.node_id
+    assert carried["D2:2"].node.metadata[EXPLAIN_KEY]["follows"] == "D2:1"  # the round key, as every header names rounds
     assert all(n.node.metadata[EXPLAIN_KEY]["follows"] is None for n in plain.values())
     own, wide = ranking(0, k=20), ranking(0.25, k=20)
     assert abs(carried["D2:2"].score - (own["D2:2"].score + 0.25 * own["D2:1"].score)) < 1e-12
