@@ -59,8 +59,9 @@ class VMemQueryEngine(BaseQueryEngine):
     """retrieve (routed) -> neighbour blocks -> your ``node_postprocessors`` -> context (+ attached-image
     note) -> one LLM call.
 
-    ``node_postprocessors`` (a reranker, a similarity cutoff) get the neighbour blocks, in time order,
-    each scored by its best round. Delivery keeps the blocks they return in the order they return
+    ``node_postprocessors`` (a reranker, a keyword filter) get the neighbour blocks, in time order,
+    each scored by its best round's fused reciprocal-rank score (not a similarity: a cutoff misreads
+    it). Delivery keeps the blocks they return in the order they return
     them and, when the prompt would not fit the model's window, leaves out the lowest-scored first.
     """
 
