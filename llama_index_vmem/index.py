@@ -646,8 +646,11 @@ class VMemIndex:
     # -- LlamaIndex conventions ---------------------------------------------------------------
 
     def as_retriever(self, **kwargs: Any) -> "VMemRetriever":
-        """``VMemConfig`` fields (``k=5``) override this index's config for this retriever;
-        ``similarity_top_k``, LlamaIndex's name for it, sets ``k``."""
+        """``VMemConfig`` fields (``k=5``) override this index's config for this retriever.
+
+        ``similarity_top_k``, LlamaIndex's name for how many nodes come back, sets ``k`` and, unless
+        given too, ``aggregation_k``: a stock engine or tool sized for that many must not get 30
+        rounds because a question says "how many" or "list"."""
         from .retriever import VMemRetriever
 
         if "similarity_top_k" in kwargs:
@@ -655,6 +658,7 @@ class VMemIndex:
             if kwargs.get("k", top_k) != top_k:
                 raise VMemInputError("similarity_top_k", f"is another name for k; got k={kwargs['k']} and similarity_top_k={top_k}")
             kwargs["k"] = top_k
+            kwargs.setdefault("aggregation_k", top_k)
         _check_options(kwargs, {"a V-Mem retriever": _retriever_options()})
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in VMemConfig.__dataclass_fields__}
         router = kwargs.get("router")

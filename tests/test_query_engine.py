@@ -662,6 +662,10 @@ def test_config_overrides_per_index_and_per_query(make_index, photos):
     assert len(retriever.retrieve_with_plan("tea", k=4).nodes) == 4
     assert len(index.as_retriever(k=3).retrieve("tea")) == 3
     assert len(index.as_retriever(similarity_top_k=3).retrieve("tea")) == 3  # LlamaIndex's name for k
+    # ... and the count for every question: an aggregation question ("how many") widens k, not similarity_top_k
+    assert len(index.as_retriever(k=3).retrieve("How many teas did I note?")) == 6
+    assert len(index.as_retriever(similarity_top_k=3).retrieve("How many teas did I note?")) == 3
+    assert len(index.as_retriever(similarity_top_k=3, aggregation_k=5).retrieve("How many teas did I note?")) == 5
     with pytest.raises(VMemInputError, match="similarity_top_k"):
         index.as_retriever(k=2, similarity_top_k=3)
     with pytest.raises(TypeError, match=r"unsupported option\(s\) \['response_mode'\]; the query engine takes answer_prompt.*"
