@@ -37,7 +37,7 @@ from .delivery import Deliverer, DeliveryMode, ImageBudget, block_groups, conten
 from .errors import VMemInputError
 from .index import VMemIndex
 from .messages import attached_image, message_text, query_from_message, today
-from .node_parser import ASSISTANT_ROLES, optional_str
+from .node_parser import ASSISTANT_ROLES, MAX_TEXT_CHARS, optional_str
 from .postprocessor import NeighborRoundPostprocessor
 from .retriever import VMemRetriever
 from .schema import VMemQueryBundle, is_utf8, visible
@@ -141,7 +141,8 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
         """One round per exchange, under this block's ``session_id``: not the ``Memory``'s, a random
         uuid that would make every round and image id unreadable. One V-Mem cannot store whole (a
         corrupt image, audio without a transcript) is stored as its text; one without any text is
-        dropped with a warning."""
+        dropped with a warning. Text V-Mem refuses (over ``MAX_TEXT_CHARS``, a lone surrogate) is
+        stored as far as it can be (``_storable_text``), not dropped with the rest of its exchange."""
         stamp = {"session_id": self.session_id, "timestamp": today()}
         try:
             self.index.add_messages(exchange, **stamp)
@@ -150,11 +151,25 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
             if self.index.closed:  # no fault of the exchange's: dropping it with a warning would lose it unseen
                 raise
             logger.warning("storing a flushed exchange as text only: %s", e)
-        text_only = [ChatMessage(role=m.role, blocks=[b for b in m.blocks if isinstance(b, TextBlock)]) for m in exchange]
+        text_only = [ChatMessage(role=m.role, content=_storable_text(m)) for m in exchange]
         try:
             self.index.add_messages(text_only, **stamp)
         except VMemInputError as e:
             logger.warning("not stored: a flushed exchange with nothing V-Mem can keep: %s", e)
+
+
+def _storable_text(message: ChatMessage) -> str:
+    """A message's text as V-Mem can store it, for an exchange it refused: ``Memory`` has already taken
+    the exchange out of its history, so what cannot be stored is left out, and said to be, rather
+    than the whole exchange lost. A lone surrogate becomes "?"; text past the limit is cut."""
+    text = "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and visible(b.text))
+    stored = text.encode("utf-8", "replace").decode("utf-8")
+    if len(stored) > MAX_TEXT_CHARS:
+        note = f"\n[{len(stored) - MAX_TEXT_CHARS} characters over the limit of {MAX_TEXT_CHARS} not stored]"
+        stored = stored[: MAX_TEXT_CHARS - len(note)] + note
+    if stored != text:
+        logger.warning("storing a flushed %s message cut or mended to text V-Mem can keep", message.role.value)
+    return stored
 
 
 def _exchanges(messages: list[ChatMessage]) -> list[list[ChatMessage]]:

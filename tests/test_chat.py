@@ -129,6 +129,27 @@ def test_a_flushed_image_of_empty_bytes_is_stored_as_its_text_and_the_rest_of_th
     assert "message 0 image 0: image is empty" in caplog.text
 
 
+def test_a_flushed_exchange_whose_text_is_refused_is_stored_as_far_as_it_can_be(make_index, caplog):
+    """Text over the limit or with a lone surrogate is refused by add_messages; Memory has already
+    taken the exchange out of its history, so the block keeps what it can and says what it left out."""
+    from llama_index_vmem.node_parser import MAX_TEXT_CHARS
+
+    index = make_index()
+    block = VMemMemoryBlock(index=index, session_id="S")
+    long_text = "The locker code is 4417. " + "x" * MAX_TEXT_CHARS
+    flushed = [*_exchange(long_text, "Noted."), *_exchange("Caf\udce9 at noon.", "See you there."),
+               *_exchange("My bike is red.", "Nice.")]
+    with caplog.at_level(logging.WARNING, logger="llama_index_vmem.memory_block"):
+        asyncio.run(block.aput(flushed))
+    first, second, third = (r.text for r in _rounds(index))
+    note = f"\n[{len(long_text) - MAX_TEXT_CHARS} characters over the limit of {MAX_TEXT_CHARS} not stored]"
+    assert first.startswith("User: The locker code is 4417. xxx") and first.endswith(note + "\nAssistant: Noted.")
+    assert len(first) == len("User: ") + MAX_TEXT_CHARS + len("\nAssistant: Noted.")
+    assert second == "User: Caf? at noon.\nAssistant: See you there."
+    assert third == "User: My bike is red.\nAssistant: Nice."
+    assert "cut or mended" in caplog.text
+
+
 def test_a_flush_that_fails_stores_its_other_exchanges_then_raises(make_index, monkeypatch):
     index = make_index()
     block = VMemMemoryBlock(index=index, session_id="S")
