@@ -205,7 +205,8 @@ def optional_text(item: str, name: str, value: Any) -> Optional[str]:
 
 
 #: The most characters one text field may hold: more than any LLM's context window takes (so any turn a
-#: chat model can answer fits), while a round stays far inside a Qdrant server's 32 MB request limit.
+#: chat model can answer fits), while a round's points stay inside a Qdrant server's 32 MB request
+#: limit (upserts are batched by size too, ``store.server.REQUEST_BYTES``).
 MAX_TEXT_CHARS = 1_000_000
 
 

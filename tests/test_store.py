@@ -527,6 +527,31 @@ def test_server_upserts_are_sent_in_batches_and_store_every_point(tmp_path, mini
         index.close()
 
 
+def test_server_upserts_of_long_text_stay_within_the_request_size_limit(tmp_path, minilm, tiny_siglip):
+    """Three rounds at the text limit, in characters JSON escapes (six bytes each): 64 points of them
+    would be 40 MiB in one request, past a server's 32 MiB default."""
+    from llama_index_vmem.node_parser import MAX_TEXT_CHARS
+    from llama_index_vmem.store.server import REQUEST_BYTES
+
+    sent = []
+
+    class SizingClient(QdrantClient):
+        def upsert(self, collection_name, points, *args, **kwargs):
+            sent.append((collection_name, sum(len(p.model_dump_json()) for p in points)))
+            return super().upsert(collection_name, points, *args, **kwargs)
+
+    index = VMemIndex.from_defaults(client=SizingClient(location=":memory:"), path=tmp_path / "m", embed_model=minilm,
+                                    image_encoder=tiny_siglip)
+    try:
+        text = "a" + "\x01" * (MAX_TEXT_CHARS - 1)
+        index.add_rounds([{"round_key": f"R{i}", "user": text, "assistant": text} for i in range(3)])
+        assert len(index) == 3 and index.store.count(Collection.TEXT, index.scope()) == 6
+        assert max(size for _, size in sent) <= REQUEST_BYTES, sent
+        assert max(size for _, size in sent) > REQUEST_BYTES / 4, "each request was measured as sent"
+    finally:
+        index.close()
+
+
 def test_server_payload_updates_are_sent_in_batches_and_reach_every_point(tmp_path, minilm, tiny_siglip, photos):
     """Opening a memory an older version wrote sets each point's stored time: one request per point
     would be one round trip each, and one for them all could pass the server's request size limit."""

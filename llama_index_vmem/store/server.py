@@ -7,9 +7,10 @@ Each lane is one collection shared by all memories, with ``memory_id`` as the te
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import warnings
-from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from qdrant_client import QdrantClient, models
 from qdrant_client.local.qdrant_local import QdrantLocal
@@ -23,6 +24,9 @@ from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector
 #: Points per upsert request. A server refuses requests over its size limit (32 MB by default);
 #: an image point with region tiles is about 160 kB as JSON, so 64 of them stay well under it.
 UPSERT_BATCH = 64
+#: Bytes per upsert request, half a server's default limit: points of long text (a round may hold
+#: a million characters a field, six bytes each where JSON escapes them) fill one before 64 points do.
+REQUEST_BYTES = 16 * 1024 * 1024
 #: The collection metadata key holding the encoder manifest the collection was built with.
 MANIFEST_KEY = "vmem_manifest"
 
@@ -85,15 +89,12 @@ class ServerLaneStore(LaneStore):
                              "open it with those it was built with")
 
     def upsert(self, collection: Collection, points: Sequence[PointData]) -> None:
-        """In requests of ``batch_size`` points, each applied before the next is sent: a large
-        ``add_rounds`` or archive import in one request would exceed the server's size limit. A
-        failure part-way leaves earlier batches stored; the caller's rollback deletes them."""
-        for start in range(0, len(points), self.batch_size):
-            self.client.upsert(
-                self.name(collection),
-                points=[_point(p) for p in points[start:start + self.batch_size]],
-                wait=True,
-            )
+        """In requests of at most ``batch_size`` points and ``REQUEST_BYTES``, each applied before the
+        next is sent: a large ``add_rounds`` or archive import in one request would exceed the
+        server's size limit. A failure part-way leaves earlier batches stored; the caller's rollback
+        deletes them."""
+        for batch in _batches(points, self.batch_size, REQUEST_BYTES):
+            self.client.upsert(self.name(collection), points=[_point(p) for p in batch], wait=True)
 
     def _query(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
         result = self.client.query_points(
@@ -197,6 +198,29 @@ def _check_dims(name: str, info: Any, c: Collection, dims: LaneDims) -> None:
         have = vectors.get(vname) if isinstance(vectors, dict) else None
         if have is None or have.size != params.size:
             raise ValueError(f"collection {name} has {vname}={getattr(have, 'size', None)}, this memory needs {params.size}")
+
+
+def _batches(points: Sequence[PointData], size: int, budget: int) -> Iterator[List[PointData]]:
+    """``points`` in order, in runs of at most ``size`` points and ``budget`` bytes (a point larger
+    than the budget goes alone)."""
+    batch: List[PointData] = []
+    used = 0
+    for p in points:
+        cost = _request_bytes(p)
+        if batch and (len(batch) == size or used + cost > budget):
+            yield batch
+            batch, used = [], 0
+        batch.append(p)
+        used += cost
+    if batch:
+        yield batch
+
+
+def _request_bytes(p: PointData) -> int:
+    """At least the point's size in a request: its id, payload and vectors as ASCII JSON, which
+    escapes every character a request could escape."""
+    vectors = {n: [list(v.indices), list(v.values)] if isinstance(v, Sparse) else v for n, v in p.vectors.items()}
+    return len(json.dumps([p.id, p.payload, vectors]))
 
 
 def _point(p: PointData) -> models.PointStruct:
