@@ -23,10 +23,11 @@ import urllib.parse
 import urllib.request
 import uuid
 import warnings
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterable, List, Optional, Set, Union
+from typing import Any, Callable, Iterable, List, Optional, Set, Union
 
 from PIL import Image, UnidentifiedImageError
 
@@ -64,6 +65,16 @@ class LoadedImage:
         """Named by content hash: the same pixels shared twice are one file, and a file's name
         vouches for its bytes."""
         return f"{hashlib.sha256(self.data).hexdigest()}.{self.extension}"
+
+
+#: Every ``LoadedImage`` that ``validate`` made and that is still in use.
+_VALIDATED: "weakref.WeakSet[LoadedImage]" = weakref.WeakSet()
+
+
+def validated(image: Any) -> bool:
+    """Whether ``image`` is a ``LoadedImage`` that ``validate`` made: one built by hand (as an
+    ``ImageInput.checked``) vouches for nothing, and its bytes are read and checked again."""
+    return isinstance(image, LoadedImage) and image in _VALIDATED
 
 
 #: The image folder of every memory opened in this process, wherever its image root is.
@@ -257,7 +268,9 @@ def validate(item: str, data: bytes) -> LoadedImage:
         raise VMemInputError(item, f"not an image in a format read here ({', '.join(_readable_formats())})") from None
     except Exception as exc:  # a decoder meeting bytes it did not expect may raise anything
         raise VMemInputError(item, f"corrupt or truncated image: {exc!r}") from None
-    return LoadedImage(data=data, format=fmt, width=width, height=height)
+    loaded = LoadedImage(data=data, format=fmt, width=width, height=height)
+    _VALIDATED.add(loaded)
+    return loaded
 
 
 def save(image: LoadedImage, directory: Path) -> Path:

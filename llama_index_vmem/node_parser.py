@@ -50,7 +50,8 @@ class ImageInput:
     url: Optional[str] = None
     caption: Optional[str] = None
     role: str = schema.Role.USER.value
-    #: ``data`` already read and checked (by the message parser), so storing it decodes it no second time.
+    #: ``data`` already read and checked (by the message parser), so storing it decodes it no second
+    #: time; only what ``images.validate`` returned counts.
     checked: Optional[images.LoadedImage] = field(default=None, repr=False, compare=False)
 
     @property
@@ -273,7 +274,7 @@ class RoundNodeParser(NodeParser):
             name = f"{item} image {image_id}"
             if not img.has_pixels and not visible(img.caption):
                 raise VMemInputError(name, "has neither pixels nor a caption")
-            if img.has_pixels and img.checked is None:
+            if img.has_pixels and not images.validated(img.checked):
                 source = images.read_source(name, path=img.path, data=img.data, url=img.url, fence=self._fence())
                 img = replace(img, checked=images.validate(name, source))
             loaded.append(img)

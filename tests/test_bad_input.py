@@ -32,6 +32,7 @@ import llama_index_vmem.images as image_io
 from llama_index_vmem import ImageBudget, VMemIndex, VMemInputError, VMemMemoryBlock, VMemQueryBundle
 from llama_index_vmem import schema
 from llama_index_vmem.node_parser import ImageInput, RoundInput
+from llama_index_vmem.images import LoadedImage
 
 COFFEE_ROUND = {
     "user": "I brewed a fresh espresso this morning",
@@ -524,6 +525,10 @@ def test_text_over_the_size_limit_is_refused_by_field(memory, call, item, field)
          "'timestamp' must be a string, got dict"),
         (lambda m: m.add_round_inputs([RoundInput(user="x", round_key="\u200b")]), "round 0",
          "'round_key' must have a visible character"),
+        # a hand-made ``checked`` vouches for nothing: the bytes are checked as any image's are
+        (lambda m: m.add_round_inputs([RoundInput(user="x", images=[ImageInput(image_id="C", data=b"junk",
+                                                                               checked=LoadedImage(b"junk", "PNG", 1, 1))])]),
+         "round 0 image C", "not an image"),
     ],
     ids=[
         "user_int", "assistant_list", "add_messages_str", "add_messages_single_message", "add_rounds_dict",
@@ -535,6 +540,7 @@ def test_text_over_the_size_limit_is_refused_by_field(memory, call, item, field)
         "image_ids_for_no_image", "transcripts_past_the_audio",
         "round_inputs_empty", "round_inputs_dicts", "round_input_user_int", "round_input_audio_str",
         "round_input_image_dict", "round_input_caption_int", "round_input_timestamp_dict", "round_input_key_invisible",
+        "round_input_forged_check",
     ],
 )
 def test_wrong_types(memory, call, item, words):
