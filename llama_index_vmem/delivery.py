@@ -406,8 +406,9 @@ class DeliveryPostprocessor(BaseNodePostprocessor):
 
     Use it in ``RetrieverQueryEngine.from_args(..., multimodal=True, node_postprocessors=[...])`` or
     a ``MultiModalContextChatEngine``: runs of text become ``TextNode``s and each delivered image an
-    ``ImageNode`` pointing at its labelled copy, in delivery order, so those engines send exactly
-    what ``VMemQueryEngine`` would. Retrieved rounds are first assembled into neighbour blocks, as
+    ``ImageNode`` pointing at its labelled copy, in delivery order, so those engines send what
+    ``VMemQueryEngine`` would where it fits the model's window (where it does not, their synthesizer
+    splits or cuts it by its own rules). Retrieved rounds are first assembled into neighbour blocks, as
     ``NeighborRoundPostprocessor`` does (a no-op when that one ran before it, to set a window).
     """
 
