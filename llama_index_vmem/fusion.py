@@ -70,14 +70,15 @@ def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], 
 
 def carry_forward(fused: Sequence[Fused], previous: Mapping[str, str], weight: float) -> List[Fused]:
     """Each round in ``previous`` also scores ``weight`` times the fused score of the round it maps
-    to, where that round is a candidate too; best first again.
+    to, where that round is a candidate too, but is never lifted past that round; best first again.
 
     Photos are often shared a round after the one that names them ("I saw a strange flower" ->
     "here it is!"), so the round holding the evidence matches the question less well than the
     round before it. The caller maps the rounds that hold an image: carried into every round, the
     score promoted text-only follow-ups over the evidence (LoCoMo recall@10 0.602 -> 0.574). Only
     the predecessor's own fused score is carried, never what it carried itself, so a run of
-    rounds does not snowball."""
+    rounds does not snowball. A score borrowed from a round does not rank above it: uncapped, a
+    photo round the dense signal alone ranked 7th rose above its predecessor and the 1st."""
     if not weight:
         return list(fused)
     own = {entry.id: entry.score for entry in fused}
@@ -85,7 +86,8 @@ def carry_forward(fused: Sequence[Fused], previous: Mapping[str, str], weight: f
         before = previous.get(entry.id)
         if before in own:
             entry.follows = before
-            entry.score = math.fsum((own[entry.id], weight * own[before]))
+            carried = math.fsum((own[entry.id], weight * own[before]))
+            entry.score = carried if own[entry.id] >= own[before] else min(carried, own[before])
     return sorted(fused, key=lambda r: (-r.score, r.seq))
 
 

@@ -47,11 +47,26 @@ def test_a_round_carries_a_share_of_the_own_score_of_the_candidate_before_it():
     fused = rrf({"dense": [hit(rid.lower(), rid, seq, 1.0) for seq, rid in enumerate("ACEBD")]}, kappa=60)
     for f in fused:  # put the hand-picked scores in place of the ranks' own
         f.score = scores[f.id]
-    out = carry_forward(fused, {"B": "A", "D": "B", "E": "Z"}, weight=0.5)
-    expected = {"A": 1 / 61, "B": 1 / 66 + 0.5 / 61, "C": 1 / 62, "D": 1 / 70 + 0.5 / 66, "E": 1 / 63}
-    assert [f.id for f in out] == sorted(expected, key=lambda r: -expected[r]) == ["B", "D", "A", "C", "E"]
+    out = carry_forward(fused, {"B": "A", "D": "B", "E": "Z"}, weight=0.05)
+    expected = {"A": 1 / 61, "B": 1 / 66 + 0.05 / 61, "C": 1 / 62, "D": 1 / 70 + 0.05 / 66, "E": 1 / 63}
+    assert [f.id for f in out] == sorted(expected, key=lambda r: -expected[r]) == ["A", "C", "B", "E", "D"]
     assert all(abs(f.score - expected[f.id]) < 1e-15 for f in out)
     assert {f.id: f.follows for f in out} == {"A": None, "B": "A", "C": None, "D": "B", "E": None}
+
+
+def test_a_carried_score_never_lifts_a_round_past_the_round_it_carries_from():
+    """D, below C, would pass it with C's share and the 1st: it ties C and ranks right after it (seq
+    breaks the tie). E is above the round it follows already, so it keeps its whole carry."""
+    scores = {"A": 1 / 61, "C": 1 / 62, "D": 1 / 67, "F": 1 / 64, "E": 1 / 63}
+    fused = rrf({"dense": [hit(rid.lower(), rid, seq, 1.0) for seq, rid in enumerate("ACDFE")]}, kappa=60)
+    for f in fused:
+        f.score = scores[f.id]
+    out = carry_forward(fused, {"D": "C", "E": "F"}, weight=0.2)
+    expected = {"A": 1 / 61, "C": 1 / 62, "D": 1 / 62, "F": 1 / 64, "E": 1 / 63 + 0.2 / 64}
+    assert 1 / 67 + 0.2 / 62 > 1 / 61, "uncapped, D would rank first"
+    assert [f.id for f in out] == ["E", "A", "C", "D", "F"]
+    assert all(abs(f.score - expected[f.id]) < 1e-15 for f in out)
+    assert {f.id: f.follows for f in out} == {"A": None, "C": None, "D": "C", "F": None, "E": "F"}
 
 
 def test_no_weight_leaves_the_fused_ranking_as_it_is():
