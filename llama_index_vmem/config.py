@@ -28,8 +28,8 @@ class VMemConfig:
     #: On a text->text query, a candidate round holding an image also scores this share of the
     #: fused score of the candidate just before it in its session, short of passing that round. A
     #: round that only shares a photo ("here it is") says little; the round before it names the
-    #: topic. 0 ranks by Eq. 5 alone, as the paper does. Small, because a photo also comes with ordinary turns: on LoCoMo
-    #: 0.25 cost recall against no carry, while 0.1 gains on both benchmarks (README, Configuration).
+    #: topic. 0 ranks by Eq. 5 alone, as the paper does. Small, because a photo also comes with
+    #: ordinary turns: on LoCoMo 0.25 gains less than 0.1 over no carry (README, Configuration).
     follow_up_weight: float = 0.1
     #: Rounds returned for ordinary questions.
     k: int = 12
