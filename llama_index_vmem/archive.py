@@ -26,7 +26,6 @@ from .encoders import encoder_differences, same_encoders
 from .encoders.bm25 import Sparse
 from .errors import VMemInputError
 from .lifecycle import check_id
-from .node_parser import MAX_TEXT_CHARS
 from .store import Collection, LaneDims, PointData
 from .store.base import MAX_SEQ
 
@@ -279,17 +278,15 @@ def _check_point(c: Collection, p: PointData, sizes: Dict[str, int]) -> None:
 
 
 def _check_unit(c: Collection, p: PointData) -> None:
-    """A unit in its own lane, numbered within its round, with text no add would refuse, vectors to
-    be found by, and a picture file exactly when it says it has pixels: a later add sharing that
-    picture reads the file the unit names, and one naming none failed there with a bare error."""
+    """A unit in its own lane, numbered within its round, with vectors to be found by, and a picture
+    file exactly when it says it has pixels: a later add sharing that picture reads the file the
+    unit names, and one naming none failed there with a bare error. Its text is not held to the
+    add limit, which bounds each field given, not a unit's text with captions folded in."""
     payload = p.payload
     if payload.get(schema.MODALITY) != LANES[c]:
         raise ValueError(f"point {p.id}: modality must be {LANES[c]!r} in the {c.value} collection")
     if not 0 <= payload[schema.UNIT_INDEX] <= MAX_SEQ:
         raise ValueError(f"point {p.id}: unit_index must be from 0 to {MAX_SEQ}")
-    for key in (schema.TEXT, schema.CAPTION):
-        if len(payload.get(key) or "") > MAX_TEXT_CHARS:
-            raise ValueError(f"point {p.id}: {key} is over the {MAX_TEXT_CHARS} characters an add takes")
     if not p.vectors:
         raise ValueError(f"point {p.id}: a unit must have vectors")
     if c is Collection.IMAGE and (type(payload.get(schema.HAS_PIXELS)) is not bool

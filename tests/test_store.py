@@ -552,6 +552,24 @@ def test_server_upserts_of_long_text_stay_within_the_request_size_limit(tmp_path
         index.close()
 
 
+def test_server_upserts_take_numpy_vectors_as_an_embed_model_may_return_them(tmp_path, minilm, tiny_siglip):
+    import numpy as np
+
+    from llama_index_vmem.store import PointData
+
+    index = VMemIndex.from_defaults(client=QdrantClient(location=":memory:"), path=tmp_path / "m", embed_model=minilm,
+                                    image_encoder=tiny_siglip)
+    try:
+        index.add_round(user="numpy check", assistant="ok")
+        unit = index.store.points(Collection.TEXT, index.scope())[0]
+        vectors = {n: v if n == "text_sparse" else np.asarray(v, dtype=np.float32) for n, v in unit.vectors.items()}
+        index.store.upsert(Collection.TEXT, [PointData(unit.id, dict(unit.payload, text="numpy again"), vectors)])
+        [again] = [p for p in index.store.points(Collection.TEXT, index.scope()) if p.id == unit.id]
+        assert again.payload["text"] == "numpy again" and np.allclose(again.vectors["text_dense"], unit.vectors["text_dense"])
+    finally:
+        index.close()
+
+
 def test_server_payload_updates_are_sent_in_batches_and_reach_every_point(tmp_path, minilm, tiny_siglip, photos):
     """Opening a memory an older version wrote sets each point's stored time: one request per point
     would be one round trip each, and one for them all could pass the server's request size limit."""

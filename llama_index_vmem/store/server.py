@@ -220,7 +220,12 @@ def _request_bytes(p: PointData) -> int:
     """At least the point's size in a request: its id, payload and vectors as ASCII JSON, which
     escapes every character a request could escape."""
     vectors = {n: [list(v.indices), list(v.values)] if isinstance(v, Sparse) else v for n, v in p.vectors.items()}
-    return len(json.dumps([p.id, p.payload, vectors]))
+    return len(json.dumps([p.id, p.payload, vectors], default=_plain))
+
+
+def _plain(value: Any) -> Any:
+    """A numpy array or number (an embed model may return them) as the list or number it holds."""
+    return value.tolist()
 
 
 def _point(p: PointData) -> models.PointStruct:
