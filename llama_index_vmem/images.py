@@ -67,14 +67,15 @@ class LoadedImage:
         return f"{hashlib.sha256(self.data).hexdigest()}.{self.extension}"
 
 
-#: Every ``LoadedImage`` that ``validate`` made and that is still in use.
-_VALIDATED: "weakref.WeakSet[LoadedImage]" = weakref.WeakSet()
+#: Every ``LoadedImage`` that ``validate`` made and that is still in use, by identity: an equal one
+#: built by hand is not it, and two made from the same bytes both count.
+_VALIDATED: "weakref.WeakValueDictionary[int, LoadedImage]" = weakref.WeakValueDictionary()
 
 
 def validated(image: Any) -> bool:
     """Whether ``image`` is a ``LoadedImage`` that ``validate`` made: one built by hand (as an
     ``ImageInput.checked``) vouches for nothing, and its bytes are read and checked again."""
-    return isinstance(image, LoadedImage) and image in _VALIDATED
+    return isinstance(image, LoadedImage) and _VALIDATED.get(id(image)) is image
 
 
 #: The image folder of every memory opened in this process, wherever its image root is.
@@ -269,7 +270,7 @@ def validate(item: str, data: bytes) -> LoadedImage:
     except Exception as exc:  # a decoder meeting bytes it did not expect may raise anything
         raise VMemInputError(item, f"corrupt or truncated image: {exc!r}") from None
     loaded = LoadedImage(data=data, format=fmt, width=width, height=height)
-    _VALIDATED.add(loaded)
+    _VALIDATED[id(loaded)] = loaded
     return loaded
 
 

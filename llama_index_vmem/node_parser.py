@@ -274,7 +274,9 @@ class RoundNodeParser(NodeParser):
             name = f"{item} image {image_id}"
             if not img.has_pixels and not visible(img.caption):
                 raise VMemInputError(name, "has neither pixels nor a caption")
-            if img.has_pixels and not images.validated(img.checked):
+            if not img.has_pixels:  # a caption alone: a ``checked`` has no bytes given to vouch for
+                img = replace(img, checked=None)
+            elif not images.validated(img.checked):
                 source = images.read_source(name, path=img.path, data=img.data, url=img.url, fence=self._fence())
                 img = replace(img, checked=images.validate(name, source))
             loaded.append(img)

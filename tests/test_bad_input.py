@@ -548,6 +548,21 @@ def test_wrong_types(memory, call, item, words):
     assert words in err.problem
 
 
+def test_a_check_an_image_was_not_given_by_validate_vouches_for_nothing(memory, photos, monkeypatch):
+    """A caption-only image with a hand-made ``checked`` is stored as its caption, never encoded from
+    those bytes; one ``validate`` made counts however many equal ones exist."""
+    from llama_index_vmem import images
+
+    memory.add_round_inputs([RoundInput(user="x", round_key="K1", images=[
+        ImageInput(image_id="C", caption="a cat", checked=LoadedImage(b"junk", "PNG", 1, 1))])])
+    [stored] = memory.rounds(["K1"])
+    assert [u.metadata.get("has_pixels") for u in stored.units if u.metadata["modality"] == "image"] == [False]
+    data = photos["coffee"].read_bytes()
+    first, second = images.validate("a", data), images.validate("b", data)
+    del first
+    assert images.validated(second) and not images.validated(LoadedImage(data, second.format, second.width, second.height))
+
+
 def test_add_round_images_given_a_string(memory):
     """``images="not a list"`` is the caller's mistake with ``images``, not with a character of it."""
     err = rejected(memory, lambda: memory.add_round(user="x", images="not a list"), item="round 0")
