@@ -139,10 +139,10 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
 
     def _store(self, exchange: list[ChatMessage]) -> None:
         """One round per exchange, under this block's ``session_id``: not the ``Memory``'s, a random
-        uuid that would make every round and image id unreadable. One V-Mem cannot store whole (a
-        corrupt image, audio without a transcript) is stored as its text; one without any text is
-        dropped with a warning. Text V-Mem refuses (over ``MAX_TEXT_CHARS``, a lone surrogate) is
-        stored as far as it can be (``_storable_text``), not dropped with the rest of its exchange."""
+        uuid that would make every round and image id unreadable. Text V-Mem refuses (over
+        ``MAX_TEXT_CHARS``, a lone surrogate) is stored cut or mended, with its pictures and voice
+        notes; an exchange still refused (a corrupt image, audio without a transcript) is stored as
+        its text; one without any text is dropped with a warning."""
         stamp = {"session_id": self.session_id, "timestamp": today()}
         try:
             self.index.add_messages(exchange, **stamp)
@@ -150,26 +150,44 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
         except VMemInputError as e:
             if self.index.closed:  # no fault of the exchange's: dropping it with a warning would lose it unseen
                 raise
-            logger.warning("storing a flushed exchange as text only: %s", e)
-        text_only = [ChatMessage(role=m.role, content=_storable_text(m)) for m in exchange]
+            refused = e
+        mended = [_mended(m) for m in exchange]
+        if mended != exchange:
+            try:
+                self.index.add_messages(mended, **stamp)
+                logger.warning("stored a flushed exchange with its text cut or mended: %s", refused)
+                return
+            except VMemInputError as e:
+                refused = e
+        logger.warning("storing a flushed exchange as text only: %s", refused)
+        text_only = [ChatMessage(role=m.role, content=_text(m)) for m in mended]
         try:
             self.index.add_messages(text_only, **stamp)
         except VMemInputError as e:
             logger.warning("not stored: a flushed exchange with nothing V-Mem can keep: %s", e)
 
 
-def _storable_text(message: ChatMessage) -> str:
-    """A message's text as V-Mem can store it, for an exchange it refused: ``Memory`` has already taken
-    the exchange out of its history, so what cannot be stored is left out, and said to be, rather
-    than the whole exchange lost. A lone surrogate becomes "?"; text past the limit is cut."""
-    text = "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and visible(b.text))
+def _text(message: ChatMessage) -> str:
+    """A message's text blocks as ``add_messages`` joins them."""
+    return "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and visible(b.text))
+
+
+def _mended(message: ChatMessage) -> ChatMessage:
+    """``message`` with its text as V-Mem can store it, in one block where its first text block was,
+    for an exchange it refused: ``Memory`` has already taken the exchange out of its history, so
+    what cannot be stored is left out, and said to be, rather than the whole exchange lost. A lone
+    surrogate becomes "?"; text past the limit is cut, with a note of how much."""
+    text = _text(message)
     stored = text.encode("utf-8", "replace").decode("utf-8")
     if len(stored) > MAX_TEXT_CHARS:
-        note = f"\n[{len(stored) - MAX_TEXT_CHARS} characters over the limit of {MAX_TEXT_CHARS} not stored]"
-        stored = stored[: MAX_TEXT_CHARS - len(note)] + note
-    if stored != text:
-        logger.warning("storing a flushed %s message cut or mended to text V-Mem can keep", message.role.value)
-    return stored
+        kept = MAX_TEXT_CHARS - 100  # room for the note
+        stored = stored[:kept] + f"\n[{len(stored) - kept} characters over the limit of {MAX_TEXT_CHARS} not stored]"
+    if stored == text:
+        return message
+    first = next(i for i, b in enumerate(message.blocks) if isinstance(b, TextBlock))
+    blocks = [TextBlock(text=stored) if i == first else b for i, b in enumerate(message.blocks)
+              if i == first or not isinstance(b, TextBlock)]
+    return ChatMessage(role=message.role, blocks=blocks, additional_kwargs=message.additional_kwargs)
 
 
 def _exchanges(messages: list[ChatMessage]) -> list[list[ChatMessage]]:

@@ -142,12 +142,23 @@ def test_a_flushed_exchange_whose_text_is_refused_is_stored_as_far_as_it_can_be(
     with caplog.at_level(logging.WARNING, logger="llama_index_vmem.memory_block"):
         asyncio.run(block.aput(flushed))
     first, second, third = (r.text for r in _rounds(index))
-    note = f"\n[{len(long_text) - MAX_TEXT_CHARS} characters over the limit of {MAX_TEXT_CHARS} not stored]"
-    assert first.startswith("User: The locker code is 4417. xxx") and first.endswith(note + "\nAssistant: Noted.")
-    assert len(first) == len("User: ") + MAX_TEXT_CHARS + len("\nAssistant: Noted.")
+    kept = first[len("User: "):first.index("\n[")]
+    note = f"\n[{len(long_text) - len(kept)} characters over the limit of {MAX_TEXT_CHARS} not stored]"
+    assert long_text.startswith(kept) and first == f"User: {kept}{note}\nAssistant: Noted."
+    assert len(kept + note) <= MAX_TEXT_CHARS
     assert second == "User: Caf? at noon.\nAssistant: See you there."
     assert third == "User: My bike is red.\nAssistant: Nice."
     assert "cut or mended" in caplog.text
+
+
+def test_a_flushed_picture_is_kept_when_only_its_exchanges_text_needs_mending(make_index, photos):
+    index = make_index()
+    block = VMemMemoryBlock(index=index, session_id="S")
+    picture = ImageBlock(path=photos["chelsea"])
+    asyncio.run(block.aput(_exchange("Here is my cat Chelsea \udce9", "Cute.", picture)))
+    [stored] = index.rounds()
+    assert stored.round.text == "User: Here is my cat Chelsea ?\n[Image S:1:IMG_1]\nAssistant: Cute."
+    assert stored.round.metadata["image_ids"] == ["S:1:IMG_1"]
 
 
 def test_a_flush_that_fails_stores_its_other_exchanges_then_raises(make_index, monkeypatch):
