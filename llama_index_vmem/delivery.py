@@ -194,9 +194,16 @@ def head(content: Sequence[ContentBlock], tokens: int, tokenizer: Optional[Calla
 
 
 def cut(content: Sequence[ContentBlock], tokens: int, tokenizer: Optional[Callable[[str], List[Any]]] = None) -> List[ContentBlock]:
-    """``head`` of delivered ``content``, less a last block of which only the header would go: a
-    header alone tells the model nothing, yet would name the block as sent."""
-    parts = split_blocks(head(content, tokens, tokenizer))
+    """``head`` of delivered ``content``, less a last block of which only the header would go, and a
+    last round's time line without the round: a header alone tells the model nothing, yet would
+    name the block as sent."""
+    kept = head(content, tokens, tokenizer)
+    if kept and isinstance(kept[-1], TextBlock):
+        lines = kept[-1].text.rstrip("\n").split("\n")
+        if schema.SEEN_LINE.fullmatch(lines[-1]):
+            rest = "\n".join(lines[:-1])
+            kept = [*kept[:-1], *([TextBlock(text=rest)] if rest else [])]
+    parts = split_blocks(kept)
     while parts and _header_only(parts[-1]):
         parts.pop()
     return join_blocks(parts)

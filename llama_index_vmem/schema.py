@@ -8,6 +8,7 @@ that knows how one becomes the other, so a payload key is renamed here or nowher
 from __future__ import annotations
 
 import os
+import re
 import unicodedata
 import uuid
 from dataclasses import dataclass, replace
@@ -139,16 +140,20 @@ def block_header(rounds: List[Dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
+#: A line ``seen_line`` writes: ``[seen 2024-07-03, round D1:4]`` or ``[seen at a time not recorded, round D1:4]``.
+SEEN_LINE = re.compile(r"\[seen .*, round .*\]")
+
+
 def seen_line(previous: Dict[str, Any], current: Dict[str, Any]) -> str:
     """A line giving a round its own time where it differs from the round before it in the block.
 
     The block header carries the first round's time only; without this a neighbour delivered from
     outside a time filter, or a session running over several days, would reach the model dated by
-    another round's time."""
-    when = current.get(TIMESTAMP)
-    if not when or when == previous.get(TIMESTAMP):
+    another round's time (a round with no time after one with a time, too)."""
+    when, before = current.get(TIMESTAMP), previous.get(TIMESTAMP)
+    if when == before or not (when or before):
         return ""
-    return f"[seen {when}, round {current.get(ROUND_KEY, '?')}]\n"
+    return f"[seen {when or 'at a time not recorded'}, round {current.get(ROUND_KEY, '?')}]\n"
 
 
 @dataclass

@@ -450,3 +450,18 @@ def test_each_round_of_a_block_reaches_the_model_with_its_own_time(make_index, m
     assert "[seen 2024-06-01, round D1:2]\nUser: I ate paella in Valencia." in text
     assert "[seen 2024-07-03, round D1:4]\nUser: Back home, tired." in text
     assert text.count("[seen ") == 3, "a round seen when the round before it was gets no line of its own"
+
+
+def test_a_round_without_a_time_after_one_with_a_time_is_not_dated_by_it_and_a_cut_keeps_no_bare_time_line():
+    from llama_index_vmem import schema
+    from llama_index_vmem.delivery import content_tokens, cut
+
+    dated = {"timestamp": "2024-06-17", "round_key": "S:1"}
+    assert schema.seen_line(dated, {"round_key": "S:2"}) == "[seen at a time not recorded, round S:2]\n"
+    assert schema.seen_line({"round_key": "S:1"}, {"round_key": "S:2"}) == ""
+    assert schema.seen_line(dated, dict(dated, round_key="S:2")) == ""
+    text = ("[seen 2024-06-17, session S, rounds S:1 to S:2]\nUser: We planted tomatoes.\nAssistant: Nice.\n\n"
+            "[seen 2024-07-02, round S:2]\nUser: The slugs ate them all.")
+    budget = content_tokens([TextBlock(text=text.split("\nUser: The slugs")[0])])
+    [kept] = cut([TextBlock(text=text)], budget)
+    assert kept.text.rstrip().endswith("Assistant: Nice.") and "round S:2]" not in kept.text
