@@ -87,7 +87,7 @@ def carry_forward(fused: Sequence[Fused], previous: Mapping[str, str], weight: f
         if before in own:
             entry.follows = before
             carried = math.fsum((own[entry.id], weight * own[before]))
-            entry.score = carried if own[entry.id] >= own[before] else min(carried, own[before])
+            entry.score = carried if own[entry.id] > own[before] else min(carried, own[before])  # a tie ranks it after
     return sorted(fused, key=lambda r: (-r.score, r.seq))
 
 

@@ -69,6 +69,15 @@ def test_a_carried_score_never_lifts_a_round_past_the_round_it_carries_from():
     assert {f.id: f.follows for f in out} == {"A": None, "C": None, "D": "C", "F": None, "E": "F"}
 
 
+def test_a_photo_round_tied_with_the_round_it_follows_stays_after_it():
+    """Ranks (1, 2) and (2, 1) tie exactly; the earlier round ranks first, and the carry must not undo that."""
+    fused = rrf({"dense": [hit("a", "A", 1, 0.9), hit("b", "B", 2, 0.8)], "bm25": [hit("b", "B", 2, 9.0), hit("a", "A", 1, 8.0)]},
+                kappa=60)
+    assert fused[0].score == fused[1].score
+    out = carry_forward(fused, {"B": "A"}, weight=0.1)
+    assert [(f.id, f.follows) for f in out] == [("A", None), ("B", "A")] and out[1].score == out[0].score
+
+
 def test_no_weight_leaves_the_fused_ranking_as_it_is():
     fused = rrf({"dense": [hit("a", "A", 1, 0.9), hit("b", "B", 2, 0.8), hit("c", "C", 3, 0.7)]}, kappa=60)
     before = [(f.id, f.score) for f in fused]
