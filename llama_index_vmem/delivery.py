@@ -316,8 +316,8 @@ class Deliverer:
             if out:
                 out.append(TextBlock(text=BLOCK_SEPARATOR))
             out.append(TextBlock(text=f"[{schema.block_header([r.metadata for r in members])}]"))
-            for prev, round_node in zip([None, *members], members):
-                out.extend(self._round(round_node, prev, images, shown, unreadable))
+            for round_node, text in zip(members, schema.dated_texts(members)):
+                out.extend(self._round(round_node, text, images, shown, unreadable))
             for img in borrowed[id(block)]:
                 out.append(TextBlock(text=_borrowed_text(img)))
                 out.extend(self._picture(img.node_id, img.metadata[schema.IMAGE_ID], shown, unreadable))
@@ -385,10 +385,10 @@ class Deliverer:
                 unreadable.add(key)
         return shown, unreadable
 
-    def _round(self, round_node: TextNode, prev: Optional[TextNode], images: Dict[str, ImageNode], shown: Dict[str, Path],
+    def _round(self, round_node: TextNode, text: str, images: Dict[str, ImageNode], shown: Dict[str, Path],
                unreadable: Set[str]) -> List[ContentBlock]:
-        seen = schema.seen_line(prev.metadata, round_node.metadata) if prev else ""
-        out: List[ContentBlock] = [TextBlock(text="\n" + seen + round_node.text)]
+        """``text``: the round's text as delivered (``schema.dated_texts``), then its pictures."""
+        out: List[ContentBlock] = [TextBlock(text="\n" + text)]
         for key, img in images.items():
             if img.metadata[schema.ROUND_ID] == round_node.node_id:
                 out.extend(self._picture(key, img.metadata[schema.IMAGE_ID], shown, unreadable))

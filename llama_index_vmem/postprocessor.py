@@ -107,8 +107,7 @@ def _chains(rounds: Dict[str, TextNode]) -> List[List[TextNode]]:
 
 
 def _block_node(members: List[TextNode], matched: List[TextNode]) -> TextNode:
-    text = f"[{schema.block_header([n.metadata for n in members])}]\n" + "\n\n".join(
-        (schema.seen_line(prev.metadata, n.metadata) if prev else "") + n.text for prev, n in zip([None, *members], members))
+    text = f"[{schema.block_header([n.metadata for n in members])}]\n" + "\n\n".join(schema.dated_texts(members))
     first = members[0].metadata
     metadata = {
         BLOCK_ROUNDS: [n.metadata[schema.ROUND_KEY] for n in members],

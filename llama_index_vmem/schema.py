@@ -144,6 +144,11 @@ def block_header(rounds: List[Dict[str, Any]]) -> str:
 SEEN_LINE = re.compile(r"\[seen .*, round .*\]")
 
 
+def dated_texts(rounds: List[TextNode]) -> List[str]:
+    """Each round's text, after a ``seen_line`` where it was seen at another time than the round before it."""
+    return [(seen_line(prev.metadata, r.metadata) if prev else "") + r.text for prev, r in zip([None, *rounds], rounds)]
+
+
 def seen_line(previous: Dict[str, Any], current: Dict[str, Any]) -> str:
     """A line giving a round its own time where it differs from the round before it in the block.
 
