@@ -97,7 +97,7 @@ def test_a_stock_context_holding_one_span_of_a_locomo_round_delivers_only_that_s
     first = "timestamp: 8 May, 2023\n\nAnn: " + turns[0][2]  # dated as LlamaIndex renders metadata for an LLM
     outcome = stock.query(conv, conv.questions[0], count_tokens(first))
     assert outcome.ranking[0] == "D1:1" and outcome.context == first
-    assert outcome.delivered == ["D1:1"]  # D1:2 shares the round but not the context
+    assert outcome.delivered == {"D1:1": 1.0}  # D1:2 shares the round but not the context
 
 
 def test_stock_units_reach_the_context_dated_but_are_searched_by_their_text_alone(tmp_path):
@@ -311,12 +311,47 @@ def test_a_bench_round_reads_exactly_as_vmem_delivers_it():
                       "Assistant: Lovely frosting.\n[Image D2:IMG_002] a fork")
 
 
-def test_results_report_both_context_granularities(memgallery_run):
-    _, results, _ = memgallery_run
+def test_results_report_context_recall_three_ways(memgallery_run):
+    out, results, _ = memgallery_run
     for name in ("vmem", "stock-dense"):
         value = results[name]["overall"]["context_evidence_recall_rounds"]
         assert value is not None and 0.0 <= value <= 1.0
-    assert results["vmem"]["overall"]["context_evidence_recall_rounds"] == results["vmem"]["overall"]["context_evidence_recall"]
+    vmem, dense = results["vmem"]["overall"], results["stock-dense"]["overall"]
+    # vmem delivers whole rounds: all three agree; stock units can hold part of a round
+    assert vmem["context_evidence_recall_rounds"] == vmem["context_evidence_recall_any_part"] == vmem["context_evidence_recall"]
+    assert dense["context_evidence_recall_any_part"] >= dense["context_evidence_recall"]
+    assert "context_evidence_recall_any_part" in results["stock-dense"]["per_question"][0]
+    assert "## context_evidence_recall_any_part per category" in (out / "report.md").read_text()
+
+
+def test_a_stock_context_holding_part_of_a_gold_round_recalls_that_part_of_it():
+    """A user line without the reply that answers it is not the round's evidence delivered: context
+    recall counts the line's share of the round's tokens; the any-part figure counts the round whole."""
+    from llama_index_vmem.bench.data import BenchConversation, BenchQuestion, BenchRound
+    from llama_index_vmem.bench.run import run, score
+    from llama_index_vmem.bench.systems import BenchSystem, QueryOutcome, StockSystem, count_tokens
+
+    user, reply = "Which train do I take to Leeds tomorrow?", "The 8:15 from platform 4, change at York for the 9:40."
+    q = BenchQuestion("c#0", "Which train to Leeds?", "FR", ["D1:1"], "the 8:15")
+    conv = BenchConversation("c", "memgallery", [BenchRound("D1:1", "D1", "", user, reply, [], ["D1:1"])], [q])
+
+    class OneUnitBudget(BenchSystem):
+        name = "vmem"
+
+        def build(self, conv):
+            return 1
+
+        def query(self, conv, q, token_budget):
+            return QueryOutcome(["D1:1"], {"D1:1": 1.0}, f"User: {user}", 1.0)
+
+    runs = run([conv], [OneUnitBudget(), StockSystem("stock-bm25", None, None)], budget_system="vmem", show_progress=False)
+    [row] = runs["stock-bm25"].rows
+    assert "Leeds tomorrow" in row["context"] and "8:15" not in row["context"]  # one unit fits: the user line
+    share = count_tokens(user) / (count_tokens(user) + count_tokens(reply))
+    assert row["context_evidence_recall"] == pytest.approx(share) and 0.3 < share < 0.6
+    assert row["context_evidence_recall_any_part"] == 1.0
+    overall = score(runs["stock-bm25"], 10)["overall"]
+    assert overall["context_evidence_recall"] == pytest.approx(share) and overall["context_evidence_recall_any_part"] == 1.0
 
 
 def test_builds_interleave_by_conversation_after_every_encoder_is_warm(tmp_path):
@@ -339,7 +374,7 @@ def test_builds_interleave_by_conversation_after_every_encoder_is_warm(tmp_path)
 
         def query(self, conv, q, token_budget):
             events.append((self.name, "query", conv.name))
-            return QueryOutcome(["D1:1"], ["D1:1"], "context", 1.0)
+            return QueryOutcome(["D1:1"], {"D1:1": 1.0}, "context", 1.0)
 
     convs = [BenchConversation(name, "memgallery", [BenchRound("D1:1", "D1", "", "hi", "hello", [], ["D1:1"])],
                                [BenchQuestion(f"{name}#0", "q?", "FR", ["D1:1"], "a")]) for name in "ab"]

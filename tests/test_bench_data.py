@@ -6,6 +6,7 @@ import pytest
 from PIL import Image
 
 from llama_index_vmem.bench.data import CAPTION, MIXED, PIXELS, load_locomo, load_memgallery, parse_evidence
+from llama_index_vmem.bench.metrics import count_tokens
 
 
 def _memgallery(tmp_path, with_pixels):
@@ -45,7 +46,13 @@ def test_memgallery_loader(tmp_path, with_pixels, mode):
     assert q.category == "TTL" and q.gold == ["D1:2"] and q.image_caption == "a blue square"
     assert (q.image_path is not None) is with_pixels
     assert conv.rounds[1].as_round_dict()["images"][0].get("path") == (str(image.path) if with_pixels else None)
-    assert conv.span_ids([("D1:2", "user"), ("D1:2", "D1:IMG_001")]) == ["D1:2", "D1:2"]  # evidence is per round here
+    # evidence is the round here: a context holding its user line and picture holds those parts of it
+    r = conv.rounds[1]
+    tokens = {span: count_tokens(text) for span, text in [("user", r.user), ("assistant", r.assistant), ("pic", "a red square")]}
+    assert conv.delivered([("D1:2", "user"), ("D1:2", "D1:IMG_001")]) == pytest.approx(
+        {"D1:2": (tokens["user"] + tokens["pic"]) / sum(tokens.values())})
+    assert conv.delivered([("D1:2", "user"), ("D1:2", "assistant"), ("D1:2", "D1:IMG_001")]) == {"D1:2": 1.0}
+    assert conv.delivered([("D1:2", "user"), ("D1:2", None), ("D1:9", None)]) == {"D1:2": 1.0}  # the whole round; no such round
 
 
 def test_memgallery_image_root(tmp_path):
@@ -114,9 +121,13 @@ def test_locomo_rounds_group_speaker_a_with_following_b_turns(tmp_path):
     assert conv.questions[1].gold == ["D1:2", "D1:4", "D1:5"] and conv.questions[1].answer == "2022"
     assert conv.malformed_evidence == 3
     assert conv.turn_ids(["D1:2", "D1:5"]) == ["D1:2", "D1:3", "D1:4", "D1:5"]
-    # a span carries its own turns only: a context holding Ann's line does not hold Bob's replies
-    assert conv.span_ids([("D1:2", "user"), ("D1:2", "D1:3:IMG"), ("D1:1", "assistant")]) == ["D1:2", "D1:3", "D1:1"]
-    assert conv.span_ids([("D1:2", "assistant"), ("D1:5", None)]) == ["D1:3", "D1:4", "D1:5"]
+    # a span carries its own turns only: a context holding Ann's line does not hold Bob's replies,
+    # and Bob's photo without his line holds the photo's share of that turn
+    line, photo = count_tokens("Bob: look"), count_tokens("a photo of a dog")
+    assert conv.delivered([("D1:2", "user"), ("D1:2", "D1:3:IMG"), ("D1:1", "assistant")]) == pytest.approx(
+        {"D1:2": 1.0, "D1:3": photo / (line + photo), "D1:1": 1.0})
+    assert conv.delivered([("D1:2", "assistant"), ("D1:5", None)]) == pytest.approx(
+        {"D1:3": line / (line + photo), "D1:4": 1.0, "D1:5": 1.0})
 
 
 def test_parse_evidence():

@@ -41,8 +41,9 @@ def test_summarize_skips_empty_gold_and_counts_n():
 
 
 def test_evidence_recall_and_percentile():
-    assert evidence_recall(["D1:1", "D1:2"], ["D1:2", "D1:3"]) == 0.5
-    assert evidence_recall(["D1:1"], []) == 0.0
+    assert evidence_recall({"D1:1": 1.0, "D1:2": 1.0}, ["D1:2", "D1:3"]) == 0.5
+    assert evidence_recall({"D1:2": 0.25}, ["D1:2", "D1:3", "D1:2"]) == 0.125  # a part counts for its part; gold deduplicated
+    assert evidence_recall({"D1:1": 1.0}, []) == 0.0
     assert percentile([10, 20, 30, 40], 50) == 25
     assert percentile([5], 95) == 5 and percentile([], 50) == 0.0
 

@@ -27,7 +27,7 @@ class Hog(BenchSystem):
     def query(self, conv, q, token_budget):
         if q.question == "fail":
             raise ValueError(f"no answer to {q.qid}")
-        return QueryOutcome([conv.rounds[0].key], [], "context", 1.0)
+        return QueryOutcome([conv.rounds[0].key], {}, "context", 1.0)
 
 
 class StuckOnClose(Hog):

@@ -11,11 +11,13 @@ import functools
 import json
 import logging
 import re
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import AbstractSet, Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from ..node_parser import round_input_from_dict, round_spans, round_text
+from .metrics import count_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +37,16 @@ class BenchImage:
     role: str = "user"
 
 
+@dataclass(frozen=True)
+class EvidencePiece:
+    """The text of one benchmark id in one span of a round (``user``, ``assistant``, an image id);
+    a stock unit is a span, so a context can hold part of an id's text."""
+
+    span: str
+    evidence_id: str
+    text: str
+
+
 @dataclass
 class BenchRound:
     key: str
@@ -45,18 +57,42 @@ class BenchRound:
     images: List[BenchImage] = field(default_factory=list)
     #: The benchmark's own ids covered by this round (Mem-Gallery: the round; LoCoMo: its turns).
     turn_ids: List[str] = field(default_factory=list)
-    #: LoCoMo: the turns whose text each span carries (``user``, ``assistant``, an image id).
-    span_turn_ids: Dict[str, List[str]] = field(default_factory=dict)
+    #: LoCoMo: each turn's text in the span that carries it. Empty where every span carries every
+    #: id of the round (Mem-Gallery, whose evidence is the round).
+    turn_pieces: List[EvidencePiece] = field(default_factory=list)
 
     @functools.cached_property
     def text(self) -> str:
         """The round as V-Mem's context renders it (role labels; images folded in by id and caption)."""
         return round_text(round_spans(round_input_from_dict(f"round {self.key}", self.as_round_dict()), self.key))
 
-    def ids_of(self, span: Optional[str] = None) -> List[str]:
-        """The benchmark ids whose text ``span`` carries: a context holding one span of a LoCoMo
-        round holds those turns only; a span not listed (any Mem-Gallery span) stands for the round."""
-        return self.span_turn_ids.get(span, self.turn_ids) if span else self.turn_ids
+    @functools.cached_property
+    def pieces(self) -> List[EvidencePiece]:
+        """The round's text as evidence: which id each span's text belongs to."""
+        if self.turn_pieces:
+            return self.turn_pieces
+        spans = [(s, t) for s, t in (("user", self.user), ("assistant", self.assistant)) if t.strip()]
+        spans += [(i.image_id, i.caption) for i in self.images]
+        return [EvidencePiece(span, id_, text) for span, text in spans for id_ in self.turn_ids]
+
+    @functools.cached_property
+    def _piece_tokens(self) -> List[int]:
+        return [max(1, count_tokens(p.text)) for p in self.pieces]  # a picture with no caption still counts
+
+    def evidence_shares(self, spans: Optional[AbstractSet[str]] = None) -> Dict[str, float]:
+        """The benchmark ids a context holding ``spans`` of this round delivers, each with the share
+        of its text (in tokens) those spans carry; ``None``: the whole round.
+
+        A context holding a Mem-Gallery user line without the reply or picture holds that part of
+        the round's evidence, not all of it, as a LoCoMo context holding Ann's line holds none of Bob's."""
+        if spans is None:
+            return dict.fromkeys(self.turn_ids, 1.0)
+        total: Counter = Counter()
+        carried: Counter = Counter()
+        for piece, tokens in zip(self.pieces, self._piece_tokens):
+            total[piece.evidence_id] += tokens
+            carried[piece.evidence_id] += tokens if piece.span in spans else 0
+        return {id_: carried[id_] / total[id_] for id_ in total if carried[id_]}
 
     def as_round_dict(self) -> Dict[str, Any]:
         """The ``VMemIndex.add_rounds`` input for this round."""
@@ -126,11 +162,26 @@ class BenchConversation:
 
     def turn_ids(self, round_keys: List[str]) -> List[str]:
         """Expand round keys to the benchmark's ids, in order."""
-        return self.span_ids((key, None) for key in round_keys)
+        return [t for key in round_keys if key in self.by_key for t in self.by_key[key].turn_ids]
 
-    def span_ids(self, spans: Iterable[Tuple[str, Optional[str]]]) -> List[str]:
-        """Expand ``(round key, span)`` pairs (``None``: the whole round) to the benchmark's ids, in order."""
-        return [t for key, span in spans if key in self.by_key for t in self.by_key[key].ids_of(span)]
+    def delivered(self, spans: Iterable[Tuple[str, Optional[str]]]) -> Dict[str, float]:
+        """The evidence a context holding ``(round key, span)`` pairs delivers (span ``None``: the
+        whole round), each id with the share of its text in that context."""
+        whole: Set[str] = set()
+        parts: Dict[str, Set[str]] = defaultdict(set)
+        for key, span in spans:
+            if key not in self.by_key:
+                continue
+            if span is None:
+                whole.add(key)
+            else:
+                parts[key].add(span)
+        out: Dict[str, float] = {}
+        for key in whole:
+            out.update(self.by_key[key].evidence_shares())
+        for key in parts.keys() - whole:
+            out.update(self.by_key[key].evidence_shares(parts[key]))
+        return out
 
 
 def _image_path(raw: Optional[str], json_path: Path, image_root: Optional[Path]) -> Optional[Path]:
@@ -227,11 +278,11 @@ def load_locomo(path: Path) -> List[BenchConversation]:
                 else:
                     current.assistant = "\n".join(t for t in (current.assistant, text) if t)
                 current.turn_ids.append(turn["dia_id"])
-                current.span_turn_ids.setdefault(span, []).append(turn["dia_id"])
+                current.turn_pieces.append(EvidencePiece(span, turn["dia_id"], text))
                 if turn.get("blip_caption"):
                     image = BenchImage(f"{turn['dia_id']}:IMG", turn["blip_caption"], role=span)
                     current.images.append(image)
-                    current.span_turn_ids[image.image_id] = [turn["dia_id"]]
+                    current.turn_pieces.append(EvidencePiece(image.image_id, turn["dia_id"], image.caption))
         questions = []
         malformed = 0
         for i, qa in enumerate(sample["qa"]):

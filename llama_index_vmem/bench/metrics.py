@@ -4,13 +4,15 @@
   deduplicated in order, cut at K, precision over what was returned (at least 1), recall over the
   gold set, hit if any gold id is returned. Questions with an empty gold set are skipped by
   ``summarize`` (they have nothing to recall).
-* ``evidence_recall``: the share of gold ids present in the delivered context.
+* ``evidence_recall``: the share of the gold evidence present in the delivered context, an id
+  delivered in part counting for its part.
 * Lexical QA metrics (F1, BLEU-1, exact match) and LoCoMo's official per-category F1.
 * Paired bootstrap CI and sign-flip permutation test (the paper's Appendix I).
 """
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import statistics
@@ -18,9 +20,19 @@ import string
 from collections import Counter
 from typing import Callable, Dict, Iterable, List, Mapping, Sequence, Tuple
 
+from llama_index.core.utils import get_tokenizer
+
 
 #: The per-question QA scores end-to-end QA adds (``locomo_f1`` on LoCoMo only).
 QA_METRICS = ("judge", "f1", "bleu1", "em", "locomo_f1")
+#: Context evidence recall, three ways: as delivered (an evidence id delivered in part counts for
+#: its part); an id counted whole when any part of it is delivered; stock contexts of whole rounds.
+CONTEXT_METRICS = ("context_evidence_recall", "context_evidence_recall_any_part", "context_evidence_recall_rounds")
+
+
+def count_tokens(text: str) -> int:
+    """Tokens as LlamaIndex counts them for an LLM (its default tokenizer): the unit of context sizes."""
+    return len(get_tokenizer()(text))
 
 
 def dedupe(ids: Iterable[str]) -> List[str]:
@@ -42,9 +54,10 @@ def retrieval_metrics(retrieved: Sequence[str], gold: Sequence[str], k: int) -> 
     }
 
 
-def evidence_recall(delivered: Iterable[str], gold: Sequence[str]) -> float:
+def evidence_recall(delivered: Mapping[str, float], gold: Sequence[str]) -> float:
+    """Mean over the distinct gold ids of the share of each one's text that was delivered (0 to 1)."""
     gold_set = set(map(str, gold))
-    return len(gold_set & set(map(str, delivered))) / len(gold_set) if gold_set else 0.0
+    return math.fsum(min(1.0, delivered.get(g, 0.0)) for g in gold_set) / len(gold_set) if gold_set else 0.0
 
 
 def percentile(values: Sequence[float], q: float) -> float:

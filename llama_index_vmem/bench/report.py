@@ -5,17 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
-from .metrics import QA_METRICS
+from .metrics import CONTEXT_METRICS, QA_METRICS
 
-QUALITY = ("hit@k", "recall@k", "precision@k", "context_evidence_recall", "context_evidence_recall_rounds",
-           "context_tokens_mean", "delivered_images_mean")
+QUALITY = ("hit@k", "recall@k", "precision@k", *CONTEXT_METRICS, "context_tokens_mean", "delivered_images_mean")
 COST = ("build_seconds", "units_per_second", "build_llm_tokens", "query_ms_p50", "query_ms_p95",
         "query_ms_with_anchors_p50", "query_ms_with_anchors_p95", "peak_rss_mb")
 CONTEXT_LEGEND = (
-    "context_evidence_recall: the share of gold evidence whose text is in the context each system would deliver; "
-    "a stock context is its own units in rank order, each dated with its round's timestamp as LlamaIndex renders "
+    "context_evidence_recall: the share of gold evidence whose text is in the context each system would deliver, "
+    "an evidence id counting for the share of its text (in tokens) in the context: a Mem-Gallery round whose user "
+    "line is there without its reply or picture counts for the user line's share of the round. "
+    "A stock context is its own units in rank order, each dated with its round's timestamp as LlamaIndex renders "
     "metadata for an LLM, filled to vmem's token count for that question. "
-    "context_evidence_recall_rounds: the same with stock contexts of whole rounds, rendered as vmem renders a round "
+    "context_evidence_recall_any_part: the same with an evidence id counted whole when any part of its text is there. "
+    "context_evidence_recall_rounds: stock contexts of whole rounds instead, rendered as vmem renders a round "
     "(equal granularity)."
 )
 NO_CONTEXT_LEGEND = "No vmem system ran, so no context is scored: stock contexts are filled to vmem's token count."
@@ -60,8 +62,7 @@ def markdown(results: Dict[str, Any], chart: str = "") -> str:
     if any(m in results[n]["overall"] for m in QA_METRICS for n in names):
         parts += ["## End-to-end QA", "", overall(QA_METRICS), ""]
     categories = sorted({c for n in names for c in results[n]["per_category"]})
-    per_category = ("hit@k", "recall@k", "precision@k", "context_evidence_recall", "context_evidence_recall_rounds",
-                    "context_tokens_mean", *QA_METRICS)
+    per_category = ("hit@k", "recall@k", "precision@k", *CONTEXT_METRICS, "context_tokens_mean", *QA_METRICS)
     for metric in per_category:
         if not any(metric in block for n in names for block in results[n]["per_category"].values()):
             continue  # not measured in this run (QA without --qa, context without vmem)

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from tqdm.auto import tqdm
 
 from .data import CAPTION, MIXED, BenchConversation
-from .metrics import QA_METRICS, evidence_recall, percentile, summarize
+from .metrics import CONTEXT_METRICS, QA_METRICS, evidence_recall, percentile, summarize
 from .systems import BenchSystem, QueryOutcome
 
 logger = logging.getLogger(__name__)
@@ -127,7 +127,8 @@ def _row(conv: BenchConversation, q: Any, outcome: QueryOutcome, scored_context:
         "gold": q.gold,
         "retrieved": gold_ids(conv, outcome.ranking),
         "context_evidence_recall": evidence_recall(outcome.delivered, q.gold) if scored else None,
-        "context_evidence_recall_rounds": evidence_recall(gold_ids(conv, outcome.delivered_as_rounds), q.gold)
+        "context_evidence_recall_any_part": evidence_recall(dict.fromkeys(outcome.delivered, 1.0), q.gold) if scored else None,
+        "context_evidence_recall_rounds": evidence_recall(conv.delivered((k, None) for k in outcome.delivered_as_rounds), q.gold)
         if scored and outcome.delivered_as_rounds is not None else None,
         "context_tokens": outcome.tokens,
         "delivered_images": outcome.images,
@@ -147,7 +148,7 @@ def score(run_: SystemRun, k: int) -> Dict[str, Any]:
         # a category whose questions all have an empty gold set has nothing to score (null, n = 0)
         unscored = {"precision@k": None, "recall@k": None, "hit@k": None, "n": 0}
         out = unscored | {rename.get(m, m): v for m, v in table.get(key, {}).items()}
-        for metric in ("context_evidence_recall", "context_evidence_recall_rounds"):
+        for metric in CONTEXT_METRICS:
             scored = [r[metric] for r in rows if r[metric] is not None]
             out[metric] = statistics.fmean(scored) if scored else None
         out["context_tokens_mean"] = statistics.fmean(r["context_tokens"] for r in rows) if rows else 0.0
@@ -194,9 +195,8 @@ def results_json(benchmark: str, k: int, conversations: Sequence[BenchConversati
     for name, run_ in runs.items():
         out[name] = score(run_, k)
         out[name]["per_question"] = [
-            {key: r[key] for key in ("qid", "category", "retrieved", "gold", "context_evidence_recall", "context_tokens",
-                                     "delivered_images")}
-            | {key: r[key] for key in ("context_evidence_recall_rounds", *QA_METRICS, "answer") if key in r}
+            {key: r[key] for key in ("qid", "category", "retrieved", "gold", "context_tokens", "delivered_images")}
+            | {key: r[key] for key in (*CONTEXT_METRICS, *QA_METRICS, "answer") if key in r}
             for r in run_.rows
         ]
     return out

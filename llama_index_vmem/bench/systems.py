@@ -27,7 +27,6 @@ from llama_index.core.base.llms.types import ImageBlock, TextBlock
 from llama_index.core.embeddings.multi_modal_base import MultiModalEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.schema import ImageNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
-from llama_index.core.utils import get_tokenizer
 
 from .. import VMemIndex, VMemQueryBundle, delivery, schema
 from ..config import VMemConfig
@@ -36,7 +35,7 @@ from ..errors import VMemInputError
 from ..postprocessor import BLOCK_ROUNDS, NeighborRoundPostprocessor
 from ..store import Collection
 from .data import BenchConversation, BenchQuestion, BenchRound
-from .metrics import dedupe
+from .metrics import count_tokens, dedupe
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,18 +57,15 @@ SPAN = "span"
 WARM_UP_TEXTS = ["a short warm-up text", "and a second, slightly longer one, to warm a padded batch"]
 
 
-def count_tokens(text: str) -> int:
-    return len(get_tokenizer()(text))
-
-
 @dataclass
 class QueryOutcome:
     """What one system did for one question."""
 
     #: Round keys, best first, deduplicated (the unit-ranking metric cuts this at K).
     ranking: List[str]
-    #: The benchmark's evidence ids whose text is in the context delivered to the answering model.
-    delivered: List[str]
+    #: The benchmark's evidence ids whose text is in the context delivered to the answering model,
+    #: each with the share of its text there (a stock unit holds one span of a round).
+    delivered: Dict[str, float]
     context: str
     #: Ranking (for vmem: search, fusion and neighbour blocks), without the time spent waiting on an LLM for anchors.
     retrieval_ms: float
@@ -147,7 +143,7 @@ class VMemSystem(BenchSystem):
         elapsed = (time.perf_counter() - start) * 1000 - anchor_ms  # Algorithm 1 returns the neighbour blocks, so they count
         if not result.plan.round_level:  # units returned bare, a caption-only image as its caption
             keys = dedupe(n.node.metadata[schema.ROUND_KEY] for n in result.nodes)
-            delivered = dedupe(conv.span_ids((n.node.metadata[schema.ROUND_KEY], _span(n.node)) for n in result.nodes))
+            delivered = conv.delivered((n.node.metadata[schema.ROUND_KEY], _span(n.node)) for n in result.nodes)
             context = delivery.BLOCK_SEPARATOR.join(n.node.get_content() for n in result.nodes)
             return QueryOutcome(keys, delivered, context, elapsed, delivered_as_rounds=keys, anchor_ms=anchor_ms)
         keys = dedupe(n.node.metadata[schema.ROUND_KEY] for n in result.nodes if not isinstance(n.node, ImageNode))
@@ -156,10 +152,10 @@ class VMemSystem(BenchSystem):
             content = Deliverer(index, DeliveryMode.PIXELS).deliver(blocks, bundle)
             text = "".join(b.text for b in content if isinstance(b, TextBlock))
             images = sum(isinstance(b, ImageBlock) for b in content)
-            return QueryOutcome(keys, conv.turn_ids(rounds), text, elapsed, images, rounds, anchor_ms,
+            return QueryOutcome(keys, conv.delivered((k, None) for k in rounds), text, elapsed, images, rounds, anchor_ms,
                                 content if images else None)
-        return QueryOutcome(keys, conv.turn_ids(rounds), delivery.text_context(blocks), elapsed, delivered_as_rounds=rounds,
-                            anchor_ms=anchor_ms)
+        return QueryOutcome(keys, conv.delivered((k, None) for k in rounds), delivery.text_context(blocks), elapsed,
+                            delivered_as_rounds=rounds, anchor_ms=anchor_ms)
 
 
 class VMemBuild:
@@ -296,7 +292,7 @@ class StockSystem(BenchSystem):
         units = [((h.node.metadata[schema.ROUND_KEY], h.node.metadata[SPAN]), h.node.get_content(MetadataMode.LLM))
                  for h in hits]
         context, spans = fill_to_budget(units, token_budget)
-        return QueryOutcome(ranking, dedupe(conv.span_ids(spans)), context, elapsed,
+        return QueryOutcome(ranking, conv.delivered(spans), context, elapsed,
                             delivered_as_rounds=self.fill_rounds(conv, ranking, token_budget))
 
     def fill_rounds(self, conv: BenchConversation, ranking: List[str], budget: Optional[int]) -> List[str]:
