@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -58,9 +59,16 @@ MIN_UNPACKED_LIMIT = 64 * 1024 * 1024
 LANES = {Collection.TEXT: schema.Lane.TEXT.value, Collection.IMAGE: schema.Lane.IMAGE.value}
 
 
-def export_memory(index: "VMemIndex", path: Union[str, Path]) -> Path:
+def archive_path(path: Union[str, os.PathLike]) -> Path:
+    """``path`` as a Path, or an error naming the archive where it is no path at all."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise VMemInputError("archive", f"the archive path must be a str or path, got {type(path).__name__}")
+    return Path(path)
+
+
+def export_memory(index: "VMemIndex", path: Union[str, os.PathLike]) -> Path:
     """Write every point of ``index``'s memory and its saved images to a zip at ``path``."""
-    path = Path(path)
+    path = archive_path(path)
     if path.is_dir():
         raise VMemInputError(f"archive {path}", "is a directory: name the zip file to write")
     if not path.parent.is_dir():
@@ -122,10 +130,10 @@ class Archive:
         return self.document["memory_id"]
 
 
-def read_archive(path: Union[str, Path]) -> Archive:
+def read_archive(path: Union[str, os.PathLike]) -> Archive:
     """Read and check an archive: images are validated like any user image (size, decoding) and
     must be named by their content, so a crafted file cannot pass for another picture."""
-    path = Path(path)
+    path = archive_path(path)
     try:
         with zipfile.ZipFile(path) as archive:
             _check_unpacked_size(path, archive)

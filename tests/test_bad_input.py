@@ -855,10 +855,14 @@ def test_an_engine_option_of_the_wrong_kind_is_refused_by_name_when_the_engine_i
     (lambda m, tmp: m.rounds(limit=True), "page", "limit >= 1"),
     (lambda m, tmp: m.export_archive(tmp), "archive {tmp}", "is a directory"),
     (lambda m, tmp: m.export_archive(tmp / "nowhere" / "m.zip"), "archive {tmp}/nowhere/m.zip", "there is no folder"),
-], ids=["chat_number", "offset_bool", "limit_bool", "export_to_a_folder", "export_into_a_missing_folder"])
+    (lambda m, tmp: m.export_archive(5), "archive", "the archive path must be a str or path, got int"),
+    (lambda m, tmp: VMemIndex.from_archive(None, path=tmp / "other"), "archive", "must be a str or path, got NoneType"),
+], ids=["chat_number", "offset_bool", "limit_bool", "export_to_a_folder", "export_into_a_missing_folder", "export_to_a_number",
+        "import_from_none"])
 def test_a_turn_page_or_archive_of_the_wrong_kind_is_refused_by_name(memory, tmp_path, call, item, words):
-    """``chat(123)`` said the query was empty, ``rounds(offset=True)`` read True as page 1, and an
-    export to a folder failed with a bare IsADirectoryError."""
+    """``chat(123)`` said the query was empty, ``rounds(offset=True)`` read True as page 1, an
+    export to a folder failed with a bare IsADirectoryError, and an archive path of another type
+    (``export_archive(5)``) with a bare TypeError."""
     err = rejected(memory, lambda: call(memory, tmp_path), item=item.format(tmp=tmp_path))
     assert words in err.problem
 
