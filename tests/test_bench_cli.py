@@ -168,6 +168,18 @@ def test_compare_refuses_results_at_another_k(memgallery_run, tmp_path):
         cli.main(["compare", str(out / "results.json"), str(other), "--metric", "hit", "--resamples", "10"])
 
 
+def test_compare_refuses_results_scored_by_another_metrics_version(memgallery_run, tmp_path):
+    """A file written before context recall credited parts (no ``metrics_version``) counted a part
+    of a round whole: pairing it with a new file would compare two definitions under one name."""
+    out, results, _ = memgallery_run
+    assert results["metrics_version"] == 2
+    old = tmp_path / "v1.json"
+    old.write_text(json.dumps({k: v for k, v in results.items() if k != "metrics_version"}))
+    with pytest.raises(SystemExit, match=r"differ in metrics_version \(2 vs 1\)"):
+        cli.main(["compare", str(out / "results.json"), str(old), "--metric", "context_evidence_recall", "--resamples", "10"])
+    assert cli.main(["compare", str(old), str(old), "--metric", "context_evidence_recall_any_part", "--resamples", "10"]) == 0
+
+
 def test_an_unknown_system_is_refused_before_any_worker_starts():
     import multiprocessing
 
@@ -387,29 +399,38 @@ def test_builds_interleave_by_conversation_after_every_encoder_is_warm(tmp_path)
     assert runs["stock-dense"].units == 2 and runs["vmem"].build_seconds >= 0.0
 
 
-def test_every_system_counts_as_delivered_only_evidence_whose_text_is_in_its_context(minilm):
-    """Each delivered round id must be backed by text of that round in the context: whole rounds for
-    vmem, bare text units for the unit-level rungs (an image unit adds no text), units for stock."""
+@pytest.mark.parametrize("window", [1, 0])
+def test_every_system_credits_exactly_the_evidence_text_in_its_context(minilm, window):
+    """Each delivered round counts for the share of its text (in tokens) that is in the context:
+    whole rounds for vmem, with a picture borrowed from a round left out (``neighbor_window=0``);
+    units for the unit-level rungs, whose text units fold in their side's captions; units for stock.
+    And a round whose longest piece of text is in the context is credited."""
     from llama_index_vmem.bench.data import load_memgallery
     from llama_index_vmem.bench.harness import BENCHMARK_CONFIGS
-    from llama_index_vmem.bench.systems import RUNGS, StockSystem, VMemBuild, VMemSystem
+    from llama_index_vmem.bench.systems import RUNGS, StockSystem, VMemBuild, VMemSystem, count_tokens
 
     conv = load_memgallery(sorted((DATA / "memgallery" / "dialog").glob("*.json"))[0])
     conv.questions = conv.questions[:20]
-    build = VMemBuild(minilm, None, config=BENCHMARK_CONFIGS["memgallery"])
+    build = VMemBuild(minilm, None, config=BENCHMARK_CONFIGS["memgallery"].override(neighbor_window=window))
     stock = StockSystem("stock-bm25", minilm, None)
+    partial = borrowed = 0
     try:
         build.build(conv)
         stock.build(conv)
-        spans = {r.key: [t.strip() for t in [r.user, r.assistant, *(i.caption for i in r.images)] if t.strip()] for r in conv.rounds}
         for system in [VMemSystem(rung, build, rung) for rung in RUNGS] + [stock]:
             for q in conv.questions:
                 outcome = system.query(conv, q, 800)
                 assert outcome.delivered, (system.name, q.qid)
-                for rid in outcome.delivered:
-                    assert any(text in outcome.context for text in spans[rid]), (system.name, q.qid, rid)
+                for r in conv.rounds:
+                    there = [count_tokens(t) if t.strip() in outcome.context else 0 for t in r.spans.values()]
+                    expected = sum(there) / sum(count_tokens(t) for t in r.spans.values())
+                    assert outcome.delivered.get(r.key, 0.0) == pytest.approx(expected, abs=1e-9), (system.name, q.qid, r.key)
+                    partial += 0 < expected < 1
+                    borrowed += system.name == "anchors" and r.key not in outcome.delivered_as_rounds and expected > 0
     finally:
         build.close()
+    assert partial  # the rule was put to the test: some contexts held part of a round
+    assert borrowed or window  # and with no neighbours, a borrowed picture
 
 
 def test_stock_multimodal_merges_text_and_image_hits_keeping_each_nodes_first_place():

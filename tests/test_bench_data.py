@@ -53,6 +53,8 @@ def test_memgallery_loader(tmp_path, with_pixels, mode):
         {"D1:2": (tokens["user"] + tokens["pic"]) / sum(tokens.values())})
     assert conv.delivered([("D1:2", "user"), ("D1:2", "assistant"), ("D1:2", "D1:IMG_001")]) == {"D1:2": 1.0}
     assert conv.delivered([("D1:2", "user"), ("D1:2", None), ("D1:9", None)]) == {"D1:2": 1.0}  # the whole round; no such round
+    with pytest.raises(ValueError, match="round D1:2 has no span D1:IMG_9"):  # a unit the scorer cannot place
+        conv.delivered([("D1:2", "D1:IMG_9")])
 
 
 def test_memgallery_image_root(tmp_path):
@@ -128,6 +130,16 @@ def test_locomo_rounds_group_speaker_a_with_following_b_turns(tmp_path):
         {"D1:2": 1.0, "D1:3": photo / (line + photo), "D1:1": 1.0})
     assert conv.delivered([("D1:2", "assistant"), ("D1:5", None)]) == pytest.approx(
         {"D1:3": line / (line + photo), "D1:4": 1.0, "D1:5": 1.0})
+
+
+def test_an_id_two_rounds_claim_keeps_its_best_share():
+    from llama_index_vmem.bench.data import BenchConversation, BenchRound
+
+    rounds = [BenchRound("D1:1", "D1", "", "a long user line about trains to Leeds", "ok", [], ["D1:1"]),
+              BenchRound("D1:1b", "D1", "", "more", "fine", [], ["D1:1"])]  # the data repeats an id
+    conv = BenchConversation("c", "memgallery", rounds, [])
+    for order in (rounds, rounds[::-1]):
+        assert conv.delivered([(r.key, "assistant") if r.key == "D1:1" else (r.key, None) for r in order]) == {"D1:1": 1.0}
 
 
 def test_parse_evidence():

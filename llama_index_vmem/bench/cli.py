@@ -55,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("b", type=Path)
     c.add_argument("--system", default="vmem")
     c.add_argument("--system-b", help="system in b (default: same as --system)")
-    c.add_argument("--metric", default="hit", help="per-question metric: hit, recall, judge, f1, context_evidence_recall")
+    c.add_argument("--metric", default="hit", help="per-question metric: hit, recall, precision, judge, f1, "
+                   "context_evidence_recall, context_evidence_recall_any_part, context_evidence_recall_rounds")
     c.add_argument("--resamples", type=_positive, default=10_000)
     return p
 

@@ -30,9 +30,10 @@ def per_question(results: Dict[str, Any], system: str, metric: str) -> Dict[str,
 def compare(a: Dict[str, Any], b: Dict[str, Any], system_a: str, system_b: str, metric: str,
             resamples: int = 10_000) -> Dict[str, Any]:
     """Mean paired difference (a - b) over shared questions, its 95% bootstrap CI and sign-flip p."""
-    for key in ("benchmark", "k"):
-        if a.get(key) != b.get(key):
-            raise SystemExit(f"the two results files differ in {key} ({a.get(key)!r} vs {b.get(key)!r}): not comparable")
+    for key, default in (("benchmark", None), ("k", None), ("metrics_version", 1)):  # files before versions are 1
+        if a.get(key, default) != b.get(key, default):
+            raise SystemExit(f"the two results files differ in {key} ({a.get(key, default)!r} vs {b.get(key, default)!r}): "
+                             "not comparable")
     sa, sb = per_question(a, system_a, metric), per_question(b, system_b, metric)
     shared = sorted(set(sa) & set(sb))
     if not shared:

@@ -67,13 +67,18 @@ class BenchRound:
         return round_text(round_spans(round_input_from_dict(f"round {self.key}", self.as_round_dict()), self.key))
 
     @functools.cached_property
+    def spans(self) -> Dict[str, str]:
+        """The round split as stock units split it: its user line and reply (where not blank) and
+        each picture's caption, by span name."""
+        lines = {span: text for span, text in (("user", self.user), ("assistant", self.assistant)) if text.strip()}
+        return lines | {i.image_id: i.caption for i in self.images}
+
+    @functools.cached_property
     def pieces(self) -> List[EvidencePiece]:
         """The round's text as evidence: which id each span's text belongs to."""
         if self.turn_pieces:
             return self.turn_pieces
-        spans = [(s, t) for s, t in (("user", self.user), ("assistant", self.assistant)) if t.strip()]
-        spans += [(i.image_id, i.caption) for i in self.images]
-        return [EvidencePiece(span, id_, text) for span, text in spans for id_ in self.turn_ids]
+        return [EvidencePiece(span, id_, text) for span, text in self.spans.items() for id_ in self.turn_ids]
 
     @functools.cached_property
     def _piece_tokens(self) -> List[int]:
@@ -87,6 +92,9 @@ class BenchRound:
         the round's evidence, not all of it, as a LoCoMo context holding Ann's line holds none of Bob's."""
         if spans is None:
             return dict.fromkeys(self.turn_ids, 1.0)
+        unknown = set(spans) - set(self.spans)
+        if unknown:  # a unit the scorer cannot place would silently score nothing
+            raise ValueError(f"round {self.key} has no span {', '.join(sorted(unknown))}")
         total: Counter = Counter()
         carried: Counter = Counter()
         for piece, tokens in zip(self.pieces, self._piece_tokens):
@@ -177,10 +185,10 @@ class BenchConversation:
             else:
                 parts[key].add(span)
         out: Dict[str, float] = {}
-        for key in whole:
-            out.update(self.by_key[key].evidence_shares())
-        for key in parts.keys() - whole:
-            out.update(self.by_key[key].evidence_shares(parts[key]))
+        shares = [self.by_key[key].evidence_shares() for key in whole]
+        shares += [self.by_key[key].evidence_shares(parts[key]) for key in parts.keys() - whole]
+        for id_, share in (item for s in shares for item in s.items()):
+            out[id_] = max(share, out.get(id_, 0.0))  # an id two rounds claim (repeated ids in the data) keeps its best
         return out
 
 

@@ -28,6 +28,9 @@ QA_METRICS = ("judge", "f1", "bleu1", "em", "locomo_f1")
 #: Context evidence recall, three ways: as delivered (an evidence id delivered in part counts for
 #: its part); an id counted whole when any part of it is delivered; stock contexts of whole rounds.
 CONTEXT_METRICS = ("context_evidence_recall", "context_evidence_recall_any_part", "context_evidence_recall_rounds")
+#: Written into results.json; ``compare`` pairs only files of one version. Version 2 counts an
+#: evidence id delivered in part for its part (version 1 counted it whole).
+METRICS_VERSION = 2
 
 
 def count_tokens(text: str) -> int:

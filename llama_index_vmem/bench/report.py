@@ -12,8 +12,9 @@ COST = ("build_seconds", "units_per_second", "build_llm_tokens", "query_ms_p50",
         "query_ms_with_anchors_p50", "query_ms_with_anchors_p95", "peak_rss_mb")
 CONTEXT_LEGEND = (
     "context_evidence_recall: the share of gold evidence whose text is in the context each system would deliver, "
-    "an evidence id counting for the share of its text (in tokens) in the context: a Mem-Gallery round whose user "
-    "line is there without its reply or picture counts for the user line's share of the round. "
+    "an evidence id counting for the share of its raw text (in tokens) in the context: a Mem-Gallery round whose user "
+    "line is there without its reply or picture counts for the user line's share of the round, a LoCoMo turn for its "
+    "line or its photo's caption alone. "
     "A stock context is its own units in rank order, each dated with its round's timestamp as LlamaIndex renders "
     "metadata for an LLM, filled to vmem's token count for that question. "
     "context_evidence_recall_any_part: the same with an evidence id counted whole when any part of its text is there. "

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from tqdm.auto import tqdm
 
 from .data import CAPTION, MIXED, BenchConversation
-from .metrics import CONTEXT_METRICS, QA_METRICS, evidence_recall, percentile, summarize
+from .metrics import CONTEXT_METRICS, METRICS_VERSION, QA_METRICS, evidence_recall, percentile, summarize
 from .systems import BenchSystem, QueryOutcome
 
 logger = logging.getLogger(__name__)
@@ -185,6 +185,7 @@ def results_json(benchmark: str, k: int, conversations: Sequence[BenchConversati
     out: Dict[str, Any] = {
         "benchmark": benchmark,
         "k": k,
+        "metrics_version": METRICS_VERSION,
         "image_mode": mode,
         **({"caption_only_images": {c.name: c.image_modes[CAPTION] for c in conversations if c.image_modes[CAPTION]}}
            if mode == MIXED else {}),

@@ -143,19 +143,21 @@ class VMemSystem(BenchSystem):
         elapsed = (time.perf_counter() - start) * 1000 - anchor_ms  # Algorithm 1 returns the neighbour blocks, so they count
         if not result.plan.round_level:  # units returned bare, a caption-only image as its caption
             keys = dedupe(n.node.metadata[schema.ROUND_KEY] for n in result.nodes)
-            delivered = conv.delivered((n.node.metadata[schema.ROUND_KEY], _span(n.node)) for n in result.nodes)
+            delivered = conv.delivered(span for n in result.nodes for span in _unit_spans(conv, n.node))
             context = delivery.BLOCK_SEPARATOR.join(n.node.get_content() for n in result.nodes)
             return QueryOutcome(keys, delivered, context, elapsed, delivered_as_rounds=keys, anchor_ms=anchor_ms)
         keys = dedupe(n.node.metadata[schema.ROUND_KEY] for n in result.nodes if not isinstance(n.node, ImageNode))
         rounds = dedupe(k for b in blocks if not isinstance(b.node, ImageNode) for k in b.node.metadata[BLOCK_ROUNDS])
+        # a picture borrowed from a round the context leaves out reaches it too (as its caption, or labelled pixels)
+        shown = conv.delivered([(k, None) for k in rounds] + [(b.node.metadata[schema.ROUND_KEY], b.node.metadata[schema.IMAGE_ID])
+                                                              for b in blocks if isinstance(b.node, ImageNode)])
         if self.shared.delivery is DeliveryMode.PIXELS:
             content = Deliverer(index, DeliveryMode.PIXELS).deliver(blocks, bundle)
             text = "".join(b.text for b in content if isinstance(b, TextBlock))
             images = sum(isinstance(b, ImageBlock) for b in content)
-            return QueryOutcome(keys, conv.delivered((k, None) for k in rounds), text, elapsed, images, rounds, anchor_ms,
+            return QueryOutcome(keys, shown, text, elapsed, images, rounds, anchor_ms,
                                 content if images else None)
-        return QueryOutcome(keys, conv.delivered((k, None) for k in rounds), delivery.text_context(blocks), elapsed,
-                            delivered_as_rounds=rounds, anchor_ms=anchor_ms)
+        return QueryOutcome(keys, shown, delivery.text_context(blocks), elapsed, delivered_as_rounds=rounds, anchor_ms=anchor_ms)
 
 
 class VMemBuild:
@@ -196,10 +198,16 @@ class VMemBuild:
         self._tmp.cleanup()
 
 
-def _span(unit: TextNode) -> Optional[str]:
-    """Which span of its round a V-Mem unit is, in the loaders' terms (``user``, ``assistant``, an image id)."""
-    role = unit.metadata.get(schema.ROLE)
-    return unit.metadata.get(schema.IMAGE_ID) if role == schema.Role.IMAGE.value else role
+def _unit_spans(conv: BenchConversation, unit: TextNode) -> List[Tuple[str, str]]:
+    """The ``(round key, span)`` pairs whose text a V-Mem unit holds, in the loaders' terms: an image
+    unit its picture; a text unit its side's line with the pictures that side shared, whose captions
+    V-Mem folds into it (``round_spans``)."""
+    key, role = unit.metadata[schema.ROUND_KEY], unit.metadata.get(schema.ROLE)
+    if role == schema.Role.IMAGE.value:
+        return [(key, unit.metadata[schema.IMAGE_ID])]
+    r = conv.by_key[key]
+    line = r.user if role == schema.Role.USER.value else r.assistant
+    return ([(key, role)] if line.strip() else []) + [(key, i.image_id) for i in r.images if i.role == role]
 
 
 def unit_nodes(conv: BenchConversation) -> List[TextNode]:
