@@ -135,11 +135,25 @@ def test_locomo_rounds_group_speaker_a_with_following_b_turns(tmp_path):
 def test_an_id_two_rounds_claim_keeps_its_best_share():
     from llama_index_vmem.bench.data import BenchConversation, BenchRound
 
-    rounds = [BenchRound("D1:1", "D1", "", "a long user line about trains to Leeds", "ok", [], ["D1:1"]),
-              BenchRound("D1:1b", "D1", "", "more", "fine", [], ["D1:1"])]  # the data repeats an id
+    rounds = [BenchRound("D1:1", "D1", "", "a long user line about the trains to Leeds and York", "ok", [], ["D1:1"]),
+              BenchRound("D1:1b", "D1", "", "more", "a reply of some length about the trains", [], ["D1:1"])]  # a repeated id
     conv = BenchConversation("c", "memgallery", rounds, [])
-    for order in (rounds, rounds[::-1]):
-        assert conv.delivered([(r.key, "assistant") if r.key == "D1:1" else (r.key, None) for r in order]) == {"D1:1": 1.0}
+    assert conv.delivered([("D1:1", "assistant"), ("D1:1b", None)]) == {"D1:1": 1.0}  # a part did not overwrite the whole
+    first, second = (rounds[0].evidence_shares({"user"})["D1:1"], rounds[1].evidence_shares({"assistant"})["D1:1"])
+    assert first != second
+    for spans in ([("D1:1", "user"), ("D1:1b", "assistant")], [("D1:1b", "assistant"), ("D1:1", "user")]):
+        assert conv.delivered(spans) == {"D1:1": max(first, second)}
+
+
+def test_a_memgallery_image_without_an_id_of_its_own_is_refused_when_read(tmp_path):
+    """V-Mem names a blank id and stores an int as text, so the scorer could not place that picture's unit."""
+    for ids in (["D1:IMG_001", "D1:IMG_001"], [""], [None], [7]):
+        data = {"multi_session_dialogues": [{"session_id": "D1", "date": "2024-06-17", "dialogues": [
+            {"round": "D1:1", "user": "look", "assistant": "nice", "image_id": ids, "image_caption": ["a dog"] * len(ids)}]}]}
+        path = tmp_path / "d.json"
+        path.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match=r"round D1:1: image \d needs an image_id of its own"):
+            load_memgallery(path)
 
 
 def test_parse_evidence():

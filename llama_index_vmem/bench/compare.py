@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from .metrics import paired_bootstrap, retrieval_metrics, sign_flip_p
+from .metrics import VERSIONED_METRICS, paired_bootstrap, retrieval_metrics, sign_flip_p
 
 
 def per_question(results: Dict[str, Any], system: str, metric: str) -> Dict[str, float]:
@@ -30,10 +30,11 @@ def per_question(results: Dict[str, Any], system: str, metric: str) -> Dict[str,
 def compare(a: Dict[str, Any], b: Dict[str, Any], system_a: str, system_b: str, metric: str,
             resamples: int = 10_000) -> Dict[str, Any]:
     """Mean paired difference (a - b) over shared questions, its 95% bootstrap CI and sign-flip p."""
-    for key, default in (("benchmark", None), ("k", None), ("metrics_version", 1)):  # files before versions are 1
+    versions = {"metrics_version": 1} if metric in VERSIONED_METRICS else {}  # a file without one is version 1
+    for key, default in {"benchmark": None, "k": None, **versions}.items():
         if a.get(key, default) != b.get(key, default):
             raise SystemExit(f"the two results files differ in {key} ({a.get(key, default)!r} vs {b.get(key, default)!r}): "
-                             "not comparable")
+                             f"not comparable on {metric}")
     sa, sb = per_question(a, system_a, metric), per_question(b, system_b, metric)
     shared = sorted(set(sa) & set(sb))
     if not shared:

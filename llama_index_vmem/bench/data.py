@@ -215,6 +215,9 @@ def load_memgallery(path: Path, image_root: Optional[Path] = None) -> BenchConve
         for d in session["dialogues"]:
             images = []
             for n, image_id in enumerate(d.get("image_id") or []):
+                if not isinstance(image_id, str) or not image_id.strip() or image_id in (i.image_id for i in images):
+                    # V-Mem would name or rename it, and the scorer could not place its unit
+                    raise ValueError(f"round {d['round']}: image {n + 1} needs an image_id of its own, got {image_id!r}")
                 caption, file = _nth(d.get("image_caption"), n) or "", _image_path(_nth(d.get("input_image"), n), path, image_root)
                 if file is None and not caption.strip():
                     logger.warning("%s: image %s has neither a file nor a caption; left out", path.name, image_id)

@@ -28,9 +28,11 @@ QA_METRICS = ("judge", "f1", "bleu1", "em", "locomo_f1")
 #: Context evidence recall, three ways: as delivered (an evidence id delivered in part counts for
 #: its part); an id counted whole when any part of it is delivered; stock contexts of whole rounds.
 CONTEXT_METRICS = ("context_evidence_recall", "context_evidence_recall_any_part", "context_evidence_recall_rounds")
-#: Written into results.json; ``compare`` pairs only files of one version. Version 2 counts an
-#: evidence id delivered in part for its part (version 1 counted it whole).
+#: Written into results.json (a file without it is version 1). Version 2 counts an evidence id
+#: delivered in part for its part (version 1 counted it whole); ``compare`` pairs the metrics it
+#: changed only between files of one version.
 METRICS_VERSION = 2
+VERSIONED_METRICS = ("context_evidence_recall", "context_evidence_recall_any_part")
 
 
 def count_tokens(text: str) -> int:

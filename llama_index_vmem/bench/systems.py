@@ -148,16 +148,18 @@ class VMemSystem(BenchSystem):
             return QueryOutcome(keys, delivered, context, elapsed, delivered_as_rounds=keys, anchor_ms=anchor_ms)
         keys = dedupe(n.node.metadata[schema.ROUND_KEY] for n in result.nodes if not isinstance(n.node, ImageNode))
         rounds = dedupe(k for b in blocks if not isinstance(b.node, ImageNode) for k in b.node.metadata[BLOCK_ROUNDS])
-        # a picture borrowed from a round the context leaves out reaches it too (as its caption, or labelled pixels)
-        shown = conv.delivered([(k, None) for k in rounds] + [(b.node.metadata[schema.ROUND_KEY], b.node.metadata[schema.IMAGE_ID])
-                                                              for b in blocks if isinstance(b.node, ImageNode)])
+        # the rounds' text, and the pictures retrieved with them: one from a round the context leaves
+        # out reaches it as its caption (or labelled pixels); the rest are in their rounds already
+        delivered = conv.delivered([(k, None) for k in rounds] + [(b.node.metadata[schema.ROUND_KEY], b.node.metadata[schema.IMAGE_ID])
+                                                                  for b in blocks if isinstance(b.node, ImageNode)])
         if self.shared.delivery is DeliveryMode.PIXELS:
             content = Deliverer(index, DeliveryMode.PIXELS).deliver(blocks, bundle)
             text = "".join(b.text for b in content if isinstance(b, TextBlock))
             images = sum(isinstance(b, ImageBlock) for b in content)
-            return QueryOutcome(keys, shown, text, elapsed, images, rounds, anchor_ms,
+            return QueryOutcome(keys, delivered, text, elapsed, images, rounds, anchor_ms,
                                 content if images else None)
-        return QueryOutcome(keys, shown, delivery.text_context(blocks), elapsed, delivered_as_rounds=rounds, anchor_ms=anchor_ms)
+        return QueryOutcome(keys, delivered, delivery.text_context(blocks), elapsed, delivered_as_rounds=rounds,
+                            anchor_ms=anchor_ms)
 
 
 class VMemBuild:
@@ -205,9 +207,11 @@ def _unit_spans(conv: BenchConversation, unit: TextNode) -> List[Tuple[str, str]
     key, role = unit.metadata[schema.ROUND_KEY], unit.metadata.get(schema.ROLE)
     if role == schema.Role.IMAGE.value:
         return [(key, unit.metadata[schema.IMAGE_ID])]
+    if role not in (schema.Role.USER.value, schema.Role.ASSISTANT.value):  # the loaders give no audio
+        raise ValueError(f"round {key}: a V-Mem unit of role {role!r} has no span in the benchmark's data")
     r = conv.by_key[key]
-    line = r.user if role == schema.Role.USER.value else r.assistant
-    return ([(key, role)] if line.strip() else []) + [(key, i.image_id) for i in r.images if i.role == role]
+    line = [(key, role)] if role in r.spans else []  # a blank line makes no span; its side's pictures still fold in
+    return line + [(key, i.image_id) for i in r.images if i.role == role]
 
 
 def unit_nodes(conv: BenchConversation) -> List[TextNode]:
@@ -215,10 +219,11 @@ def unit_nodes(conv: BenchConversation) -> List[TextNode]:
     name the round and span, so stock ties break the same way in every run (random ids did not)."""
     nodes: List[TextNode] = []
     for r in conv.rounds:
-        spans = [("user", r.user), ("assistant", r.assistant)] + [(i.image_id, i.caption) for i in r.images if not i.path]
-        nodes += [_stock_node(TextNode, r, span, id_=f"{r.key}/{span}", text=text) for span, text in spans if text.strip()]
-        nodes += [_stock_node(ImageNode, r, i.image_id, id_=f"{r.key}/{i.image_id}", text=i.caption, image_path=str(i.path))
-                  for i in r.images if i.path]
+        pixels = {i.image_id: i.path for i in r.images if i.path}
+        nodes += [_stock_node(TextNode, r, span, id_=f"{r.key}/{span}", text=text)
+                  for span, text in r.spans.items() if span not in pixels and text.strip()]
+        nodes += [_stock_node(ImageNode, r, span, id_=f"{r.key}/{span}", text=r.spans[span], image_path=str(path))
+                  for span, path in pixels.items()]
     return nodes
 
 
