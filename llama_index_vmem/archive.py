@@ -17,7 +17,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple, Union
 
 import numpy as np
 
@@ -130,18 +130,23 @@ class Archive:
         return self.document["memory_id"]
 
 
-def read_archive(path: Union[str, os.PathLike]) -> Archive:
+def read_archive(path: Union[str, os.PathLike], max_unpacked_bytes: Optional[int] = None) -> Archive:
     """Read and check an archive: images are validated like any user image (size, decoding) and
-    must be named by their content, so a crafted file cannot pass for another picture."""
+    must be named by their content, so a crafted file cannot pass for another picture.
+    ``max_unpacked_bytes`` replaces the limit on what it may unpack to (see ``_check_unpacked_size``)."""
     path = archive_path(path)
+    if max_unpacked_bytes is not None and (type(max_unpacked_bytes) is not int or max_unpacked_bytes < 1):
+        raise VMemInputError("max_unpacked_bytes", f"must be a positive int, got {max_unpacked_bytes!r}")
     try:
         with zipfile.ZipFile(path) as archive:
-            _check_unpacked_size(path, archive)
+            _check_unpacked_size(path, archive, max_unpacked_bytes)
             document = json.loads(archive.read(MEMORY_JSON))
             images = {}
             for info in archive.infolist():
                 if info.filename.startswith(f"{IMAGES}/") and not info.is_dir():
                     images[Path(info.filename).name] = _image(path, archive, info)
+    except VMemInputError:  # already names the archive, or the picture in it
+        raise
     except (OSError, KeyError, ValueError, EOFError, zlib.error, zipfile.BadZipFile) as e:  # zlib, EOF: damaged deflate data
         raise VMemInputError(f"archive {path}", f"is not a memory archive ({e})") from e
     if not isinstance(document, dict):
@@ -154,15 +159,21 @@ def read_archive(path: Union[str, os.PathLike]) -> Archive:
     return Archive(path, document, images)
 
 
-def _check_unpacked_size(path: Path, archive: zipfile.ZipFile) -> None:
+def _check_unpacked_size(path: Path, archive: zipfile.ZipFile, limit: Optional[int]) -> None:
     """Refuse a zip that would unpack to far more than an export of its size does, before any of
     it is read: everything is read into memory, so a small crafted zip could exhaust it. zipfile
-    stops each entry at its declared size, so the declared sizes bound what is read."""
+    stops each entry at its declared size, so the declared sizes bound what is read. An export of
+    very repetitive text can pass the default; its owner sets ``limit`` to read it."""
     unpacked = sum(info.file_size for info in archive.infolist())
+    if limit is not None:
+        if unpacked > limit:
+            raise VMemInputError(f"archive {path}", f"unpacks to {unpacked} bytes, over max_unpacked_bytes={limit}")
+        return
     limit = max(MIN_UNPACKED_LIMIT, MAX_INFLATION * path.stat().st_size)
     if unpacked > limit:
-        raise VMemInputError(f"archive {path}", f"unpacks to {unpacked} bytes, over the {limit} an archive of its "
-                                                f"size may hold ({MAX_INFLATION} times its size): it is no export")
+        raise VMemInputError(f"archive {path}", f"unpacks to {unpacked} bytes, over the {limit} an archive of its size "
+                                                f"may hold ({MAX_INFLATION} times its size): it is no export, or one "
+                                                "to read with a larger max_unpacked_bytes")
 
 
 def _image(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> image_io.LoadedImage:

@@ -618,11 +618,14 @@ class VMemIndex:
             return archive.export_memory(self, path)
 
     @classmethod
-    def from_archive(cls, archive_path: Union[str, Path], /, memory_id: Optional[str] = None, **store_kwargs: Any) -> "VMemIndex":
+    def from_archive(cls, archive_path: Union[str, Path], /, memory_id: Optional[str] = None,
+                     max_unpacked_bytes: Optional[int] = None, **store_kwargs: Any) -> "VMemIndex":
         """Open a memory (``from_defaults(**store_kwargs)``: any store or backend) and load an
         archive into it. The memory must be empty; ``memory_id`` defaults to the archived one, and
-        ``region_tiles`` to the archive's."""
-        data = archive.read_archive(archive_path)
+        ``region_tiles`` to the archive's. An archive is refused when it would unpack to over 50
+        times its size (and 64 MiB), as no export does unless its text is very repetitive; give
+        ``max_unpacked_bytes`` to read such an export whole."""
+        data = archive.read_archive(archive_path, max_unpacked_bytes)
         # Checked before a store is opened: one opened with other encoders would be created with
         # them (server collections too) and refuse the corrected retry.
         tiles = data.document["encoders"].get("region_tiles")

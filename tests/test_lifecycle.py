@@ -971,13 +971,29 @@ def test_an_archive_that_unpacks_to_far_more_than_an_export_is_refused_before_it
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z:
         for name, data in entries.items():
             z.writestr(name, data + b" " * (100 * export.stat().st_size) if name == "memory.json" else data)
-    with pytest.raises(VMemInputError, match=f"archive {re.escape(str(bomb))}: unpacks to .* bytes, over the"):
+    with pytest.raises(VMemInputError, match=f"^archive {re.escape(str(bomb))}: unpacks to .* bytes, over the .*max_unpacked_bytes$"):
         VMemIndex.from_archive(bomb, path=tmp_path / "bombed", embed_model=minilm, image_encoder=tiny_siglip)
     copy = VMemIndex.from_archive(export, path=tmp_path / "copy", embed_model=minilm, image_encoder=tiny_siglip)
     try:
         assert len(copy) == len(index)
     finally:
         copy.close()
+    # its owner can read an export that repetitive (its memory.json only padded with spaces), up to a limit of their own
+    with zipfile.ZipFile(bomb) as z:
+        bomb_unpacked = sum(i.file_size for i in z.infolist())
+    with pytest.raises(VMemInputError, match=f"unpacks to {bomb_unpacked} bytes, over max_unpacked_bytes={bomb_unpacked - 1}$"):
+        VMemIndex.from_archive(bomb, path=tmp_path / "bombed", max_unpacked_bytes=bomb_unpacked - 1, embed_model=minilm,
+                               image_encoder=tiny_siglip)
+    for bad in (0, "1GB", True):
+        with pytest.raises(VMemInputError, match=f"^max_unpacked_bytes: must be a positive int, got {re.escape(repr(bad))}$"):
+            VMemIndex.from_archive(bomb, path=tmp_path / "bombed", max_unpacked_bytes=bad, embed_model=minilm,
+                                   image_encoder=tiny_siglip)
+    padded = VMemIndex.from_archive(bomb, path=tmp_path / "bombed", max_unpacked_bytes=bomb_unpacked, embed_model=minilm,
+                                    image_encoder=tiny_siglip)
+    try:
+        assert [r.round.text for r in padded.rounds()] == [r.round.text for r in index.rounds()]
+    finally:
+        padded.close()
 
 
 def test_an_export_of_a_round_at_the_text_limit_imports_again(open_memory, photos, tmp_path, minilm, tiny_siglip):
