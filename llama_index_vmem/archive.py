@@ -60,10 +60,15 @@ LANES = {Collection.TEXT: schema.Lane.TEXT.value, Collection.IMAGE: schema.Lane.
 
 
 def archive_path(path: Union[str, os.PathLike]) -> Path:
-    """``path`` as a Path, or an error naming the archive where it is no path at all."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise VMemInputError("archive", f"the archive path must be a str or path, got {type(path).__name__}")
-    return Path(path)
+    """``path`` as a Path, or an error naming the archive where it is no text path at all (a
+    number, bytes, a path object that gives bytes)."""
+    try:
+        text = os.fspath(path)
+    except TypeError:
+        text = None
+    if not isinstance(text, str):
+        raise VMemInputError("archive", f"the path must be a str or os.PathLike, got {type(path).__name__}")
+    return Path(text)
 
 
 def export_memory(index: "VMemIndex", path: Union[str, os.PathLike]) -> Path:
@@ -163,7 +168,7 @@ def _check_unpacked_size(path: Path, archive: zipfile.ZipFile, limit: Optional[i
     """Refuse a zip that would unpack to far more than an export of its size does, before any of
     it is read: everything is read into memory, so a small crafted zip could exhaust it. zipfile
     stops each entry at its declared size, so the declared sizes bound what is read. An export of
-    very repetitive text can pass the default; its owner sets ``limit`` to read it."""
+    very repetitive text can exceed the default; its owner sets ``limit`` to read it."""
     unpacked = sum(info.file_size for info in archive.infolist())
     if limit is not None:
         if unpacked > limit:
@@ -173,7 +178,7 @@ def _check_unpacked_size(path: Path, archive: zipfile.ZipFile, limit: Optional[i
     if unpacked > limit:
         raise VMemInputError(f"archive {path}", f"unpacks to {unpacked} bytes, over the {limit} an archive of its size "
                                                 f"may hold ({MAX_INFLATION} times its size): it is no export, or one "
-                                                "to read with a larger max_unpacked_bytes")
+                                                f"to read with max_unpacked_bytes={unpacked} or more")
 
 
 def _image(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> image_io.LoadedImage:

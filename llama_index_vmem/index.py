@@ -13,6 +13,7 @@ import asyncio
 import inspect
 import io
 import logging
+import os
 import tempfile
 import threading
 from dataclasses import replace
@@ -612,13 +613,13 @@ class VMemIndex:
             _highest_defaults(self.store, self.memory_id).clear()
             return lifecycle.forget(self, Selection())
 
-    def export_archive(self, path: Union[str, Path]) -> Path:
+    def export_archive(self, path: Union[str, os.PathLike]) -> Path:
         """Write this memory (points with vectors, and images) to a portable zip archive."""
         with _write_lock(self.store, self.memory_id):
             return archive.export_memory(self, path)
 
     @classmethod
-    def from_archive(cls, archive_path: Union[str, Path], /, memory_id: Optional[str] = None,
+    def from_archive(cls, archive_path: Union[str, os.PathLike], /, memory_id: Optional[str] = None, *,
                      max_unpacked_bytes: Optional[int] = None, **store_kwargs: Any) -> "VMemIndex":
         """Open a memory (``from_defaults(**store_kwargs)``: any store or backend) and load an
         archive into it. The memory must be empty; ``memory_id`` defaults to the archived one, and

@@ -849,16 +849,24 @@ def test_an_engine_option_of_the_wrong_kind_is_refused_by_name_when_the_engine_i
     assert words in err.problem
 
 
+class BytesPath(os.PathLike):
+    """A path object that gives bytes, which ``Path`` refuses with a bare TypeError."""
+
+    def __fspath__(self) -> bytes:
+        return b"m.zip"
+
+
 @pytest.mark.parametrize("call, item, words", [
     (lambda m, tmp: m.as_chat_engine(llm=MockLLM(), delivery="text").chat(123), "message", "must be text or a ChatMessage, got int"),
     (lambda m, tmp: m.rounds(offset=True), "page", "offset must be >= 0"),
     (lambda m, tmp: m.rounds(limit=True), "page", "limit >= 1"),
     (lambda m, tmp: m.export_archive(tmp), "archive {tmp}", "is a directory"),
     (lambda m, tmp: m.export_archive(tmp / "nowhere" / "m.zip"), "archive {tmp}/nowhere/m.zip", "there is no folder"),
-    (lambda m, tmp: m.export_archive(5), "archive", "the archive path must be a str or path, got int"),
-    (lambda m, tmp: VMemIndex.from_archive(None, path=tmp / "other"), "archive", "must be a str or path, got NoneType"),
+    (lambda m, tmp: m.export_archive(5), "archive", "the path must be a str or os.PathLike, got int"),
+    (lambda m, tmp: VMemIndex.from_archive(None, path=tmp / "other"), "archive", "must be a str or os.PathLike, got NoneType"),
+    (lambda m, tmp: m.export_archive(BytesPath()), "archive", "must be a str or os.PathLike, got BytesPath"),
 ], ids=["chat_number", "offset_bool", "limit_bool", "export_to_a_folder", "export_into_a_missing_folder", "export_to_a_number",
-        "import_from_none"])
+        "import_from_none", "export_to_a_bytes_path"])
 def test_a_turn_page_or_archive_of_the_wrong_kind_is_refused_by_name(memory, tmp_path, call, item, words):
     """``chat(123)`` said the query was empty, ``rounds(offset=True)`` read True as page 1, an
     export to a folder failed with a bare IsADirectoryError, and an archive path of another type
