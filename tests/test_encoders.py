@@ -76,3 +76,15 @@ def test_ingest_embeds_in_padded_batches_and_stores_what_one_text_at_a_time_give
     long_text = rounds[1]["user"].strip()
     hit = index.store.search(Collection.TEXT, "text_dense", minilm.get_text_embedding(long_text), index.scope(), 1)[0]
     assert hit.payload["text"] == long_text and hit.score > 0.999
+
+
+def test_encoders_load_without_a_progress_bar_and_leave_the_switch_as_it_was(capfd, tiny_siglip):
+    from transformers.utils import logging as hf_logging
+
+    from llama_index_vmem.encoders import SiglipImageEncoder
+
+    hf_logging.enable_progress_bar()
+    default_text_embedding(bf16=False)
+    SiglipImageEncoder(model_name=tiny_siglip.model_name, local_files_only=True).dimension  # loads the model
+    assert "Loading weights" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()

