@@ -52,9 +52,9 @@ def image_server(body: bytes, before_reply: Callable[[], None] = lambda: None) -
         server.shutdown()
 
 
-#: The benchmark data (never copied into the repository): ``../shared/data`` beside the checkout.
-BENCH_DATA = Path(os.environ.get("VMEM_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
-assert (BENCH_DATA / "memgallery" / "dialog").is_dir(), f"benchmark data not found at {BENCH_DATA}; set VMEM_DATA_DIR"
+#: Benchmark fixtures shipped with the tests, in the benchmarks' own layout (see tests/data/README.md):
+#: a slice of two Mem-Gallery dialogues and a synthetic LoCoMo-format file.
+BENCH_DATA = Path(__file__).resolve().parent / "data"
 
 
 class ScriptedLLM(CustomLLM):

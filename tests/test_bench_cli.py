@@ -1,7 +1,10 @@
-"""vmem-bench end to end on a small real subset (two Mem-Gallery dialogues, the LoCoMo file),
-with a scripted LLM for anchors, answers and the judge."""
+"""vmem-bench end to end on the test fixtures (a slice of two real Mem-Gallery dialogues, a synthetic
+LoCoMo-format file; see tests/data/README.md), with a scripted LLM for anchors, answers and the judge."""
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,9 @@ from llama_index_vmem.bench import cli
 
 SYSTEM_KEYS = {"precision@k", "recall@k", "hit@k", "n", "context_evidence_recall", "context_tokens_mean"}
 COST_KEYS = {"build_seconds", "build_llm_tokens", "query_ms_p50", "query_ms_p95", "peak_rss_mb"}
+DIALOGS = sorted((DATA / "memgallery" / "dialog").glob("*.json"))
+JUDGE_PROMPT = DATA / "memgallery" / "prompts" / "llm_judge.txt"
+LOCOMO = DATA / "locomo" / "locomo_dev.json"  # synthetic, in LoCoMo's format and layout
 
 
 @pytest.fixture(scope="module")
@@ -20,9 +26,9 @@ def memgallery_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     llm = ScriptedLLM({"ONE image": "a robot arm in a factory", "You can SEE": '{"keywords": ["robot"]}',
                        "impartial judge": '{"score": 0.75, "reasoning": "close"}'}, default="D1:IMG_002")
-    dialogs = sorted((DATA / "memgallery" / "dialog").glob("*.json"))[:2]
+    dialogs = DIALOGS[:2]
     argv = ["memgallery", *map(str, dialogs), "--limit", "12", "--systems", "vmem,stock-dense,stock-bm25,stock-fusion",
-            "--config", "ladder", "--qa", "--judge-prompt", str(DATA / "memgallery" / "prompts" / "llm_judge.txt"),
+            "--config", "ladder", "--qa", "--judge-prompt", str(JUDGE_PROMPT),
             "--out", str(out / "results.json"), "--report", str(out / "report.md"), "--no-progress"]
     assert cli.main(argv, llm=llm) == 0
     return out, json.loads((out / "results.json").read_text()), llm
@@ -129,6 +135,8 @@ def test_stock_units_reach_the_context_dated_but_are_searched_by_their_text_alon
 
 
 def test_qa_answers_with_the_answer_prompt_and_judges_with_the_benchmark_prompt(memgallery_run):
+    from llama_index_vmem.bench.data import load_memgallery
+
     _, results, llm = memgallery_run
     judged = [p for p in llm.prompts if "impartial judge" in p]
     assert judged and "{{question}}" not in judged[0] and "Assistant Answer: D1:IMG_002" in judged[0]
@@ -137,7 +145,8 @@ def test_qa_answers_with_the_answer_prompt_and_judges_with_the_benchmark_prompt(
     assert {"f1", "bleu1", "em"} <= set(results["vmem"]["overall"])
     answered = [p for p in llm.prompts if p.startswith("You are answering")]
     noted = [p for p in answered if "[ATTACHED IMAGE] The user’s attached image shows:" in p]
-    with_image = [q for q in results["vmem"]["per_question"] if q["category"] == "TTL"]
+    asked_with_image = {q.qid for path in DIALOGS[:2] for q in load_memgallery(path).questions if q.image_caption or q.image_path}
+    with_image = [q for q in results["vmem"]["per_question"] if q["qid"] in asked_with_image]
     assert with_image and len(noted) == len(with_image) * 7, "each system answers a question asked with an image with its note"
 
 
@@ -193,24 +202,38 @@ def test_an_unknown_system_is_refused_before_any_worker_starts():
 
 
 def test_vmem_returns_at_least_k_rounds_when_k_is_above_the_papers_12(tmp_path):
+    from llama_index_vmem.bench.data import load_locomo
+
+    k = 15
+    conversations = load_locomo(LOCOMO)
+    assert min(len(c.rounds) for c in conversations) > k, "the fixture must hold more rounds than k"
+    round_of = {(c.name, t): r.key for c in conversations for r in c.rounds for t in r.turn_ids}
     out = tmp_path / "r.json"
-    argv = ["locomo", str(DATA / "locomo" / "locomo_dev.json"), "--limit", "2", "--k", "40", "--systems", "vmem,stock-bm25",
+    argv = ["locomo", str(LOCOMO), "--limit", "2", "--k", str(k), "--systems", "vmem,stock-bm25",
             "--out", str(out), "--report", str(tmp_path / "r.md"), "--no-progress"]
     assert cli.main(argv) == 0
     results = json.loads(out.read_text())
-    assert results["vmem_config"]["k"] == 40
-    assert min(len(r["retrieved"]) for r in results["vmem"]["per_question"]) >= 40, "40 rounds hold at least 40 turns"
+    assert results["vmem_config"]["k"] == k
+    rows = results["vmem"]["per_question"]
+    assert len(rows) == 2 * len(conversations)
+    for row in rows:  # the ranking is of turn ids: count the rounds they come from
+        conversation = row["qid"].split("#")[0]
+        assert len({round_of[conversation, t] for t in row["retrieved"]}) >= k, row["qid"]
 
 
 def test_locomo_runs_over_turn_ids(tmp_path):
+    from llama_index_vmem.bench.data import load_locomo
+
     out = tmp_path / "r.json"
-    argv = ["locomo", str(DATA / "locomo" / "locomo_dev.json"), "--limit", "8", "--systems", "vmem,stock-bm25",
+    argv = ["locomo", str(LOCOMO), "--limit", "8", "--systems", "vmem,stock-bm25",
             "--out", str(out), "--report", str(tmp_path / "r.md"), "--no-progress"]
     assert cli.main(argv) == 0
     results = json.loads(out.read_text())
     assert results["benchmark"] == "locomo" and results["malformed_evidence_ids"] > 0
     row = results["vmem"]["per_question"][0]
     assert all(":" in t and t.startswith("D") for t in row["retrieved"])
+    turns = min(len(c.turn_ids([r.key for r in c.rounds])) for c in load_locomo(LOCOMO))
+    assert turns >= 30 and results["vmem"]["overall"]["hit@k"] > 0.5, "well above chance: 10 of 30 turns or more"
     assert "adversarial" not in results["vmem"]["per_category"]
     assert results["vmem_config"]["aggregation_enabled"] is True
 
@@ -269,7 +292,7 @@ def test_qa_in_pixels_mode_answers_from_the_delivered_pixels(tmp_path, photos):
     path = _photo_dialogue(tmp_path, photos)
     llm = Viewer({"impartial judge": '{"score": 1.0, "reasoning": "ok"}'}, default="rocket")
     argv = ["memgallery", str(path), "--systems", "vmem,stock-bm25", "--delivery", "pixels", "--qa", "--judge-prompt",
-            str(DATA / "memgallery" / "prompts" / "llm_judge.txt"), "--out", str(tmp_path / "r.json"),
+            str(JUDGE_PROMPT), "--out", str(tmp_path / "r.json"),
             "--report", str(tmp_path / "r.md"), "--no-progress"]
     assert cli.main(argv, llm=llm) == 0
     results = json.loads((tmp_path / "r.json").read_text())
@@ -411,7 +434,7 @@ def test_every_system_credits_exactly_the_evidence_text_in_its_context(minilm, w
     from llama_index_vmem.bench.harness import BENCHMARK_CONFIGS
     from llama_index_vmem.bench.systems import RUNGS, StockSystem, VMemBuild, VMemSystem, count_tokens
 
-    conv = load_memgallery(sorted((DATA / "memgallery" / "dialog").glob("*.json"))[0])
+    conv = load_memgallery(DIALOGS[0])
     conv.questions = conv.questions[:20]
     build = VMemBuild(minilm, None, config=BENCHMARK_CONFIGS["memgallery"].override(neighbor_window=window))
     stock = StockSystem("stock-bm25", minilm, None)
@@ -481,9 +504,8 @@ def test_compare_names_an_unknown_system_or_metric(memgallery_run):
         cli.main(["compare", path, path, "--metric", "nosuch"])
     with pytest.raises(SystemExit, match="not a readable results file"):
         cli.main(["compare", path, str(out / "missing.json")])
-    data = DATA / "locomo" / "locomo_dev.json"  # the data file given for a results file
-    with pytest.raises(SystemExit, match="locomo_dev.json: not a vmem-bench results file"):
-        cli.main(["compare", path, str(data)])
+    with pytest.raises(SystemExit, match=f"{LOCOMO.name}: not a vmem-bench results file"):  # a data file, not results
+        cli.main(["compare", path, str(LOCOMO)])
 
 
 @pytest.mark.parametrize("flag", [["--k", "0"], ["--k", "-1"], ["--limit", "0"]])
@@ -496,7 +518,7 @@ def test_k_and_limit_must_be_positive(flag, capsys):
 def test_what_would_fail_after_the_run_is_refused_before_it(tmp_path):
     from llama_index.core.llms import MockLLM
 
-    dialog = str(sorted((DATA / "memgallery" / "dialog").glob("*.json"))[0])
+    dialog = str(DIALOGS[0])
     with pytest.raises(SystemExit, match="needs its judge prompt"):
         cli.main(["memgallery", dialog, "--qa"], llm=MockLLM())
     with pytest.raises(SystemExit, match="no such file"):
@@ -508,7 +530,7 @@ def test_what_would_fail_after_the_run_is_refused_before_it(tmp_path):
         cli.main(["locomo", dialog])
     with pytest.raises(SystemExit, match="include vmem in --systems"):
         cli.main(["memgallery", dialog, "--systems", "stock-bm25", "--qa", "--judge-prompt",
-                  str(DATA / "memgallery" / "prompts" / "llm_judge.txt")], llm=MockLLM())
+                  str(JUDGE_PROMPT)], llm=MockLLM())
     with pytest.raises(SystemExit, match="--llm-kwargs are arguments for --llm, which is not given"):
         cli.main(["memgallery", dialog, "--llm-kwargs", '{"model": "gpt-4o"}'])
     (tmp_path / "empty.json").write_text("[]")
@@ -552,23 +574,102 @@ def test_names_are_trimmed_and_given_once():
     assert rung_names("rounds, vanilla") == rung_names(["rounds", "vanilla", "rounds"]) == ["rounds", "vanilla"]
 
 
-def test_a_run_without_vmem_scores_no_context_and_writes_into_new_folders(tmp_path):
-    dialog = str(sorted((DATA / "memgallery" / "dialog").glob("*.json"))[0])
+def test_a_run_without_vmem_scores_no_context_and_writes_into_new_folders(tmp_path, capsys):
+    """A folder stands for its .json files; a file named again, in the folder or by itself, is read once.
+    The report goes to its file and only a summary line to the terminal."""
+    folder, dialog = DATA / "memgallery" / "dialog", str(DIALOGS[0])
     out, report = tmp_path / "new" / "r.json", tmp_path / "other" / "r.md"
-    argv = ["memgallery", dialog, dialog, "--limit", "3", "--systems", "stock-bm25", "--out", str(out),
+    argv = ["memgallery", dialog, str(folder), dialog, "--limit", "3", "--systems", "stock-bm25", "--out", str(out),
             "--report", str(report), "--no-progress"]
     assert cli.main(argv) == 0
     results = json.loads(out.read_text())
-    assert results["context_budget_from"] is None and len(results["conversations"]) == 1, "the file is read once"
+    assert len(DIALOGS) > 1 and results["conversations"] == [p.stem for p in DIALOGS], "each file once, in the order given"
+    assert results["context_budget_from"] is None
     assert results["stock-bm25"]["overall"]["context_evidence_recall"] is None and results["stock-bm25"]["overall"]["n"] > 0
     assert "no context is scored" in report.read_text() and report.with_suffix(".png").exists()
+    printed = capsys.readouterr().out
+    assert "## Retrieval and context" in report.read_text() and "##" not in printed, "the report is not printed"
+    assert printed.count("\n") == 1 and str(report) in printed and str(out) in printed
+    assert re.search(r"hit@10 stock-bm25 \d\.\d{3}", printed)
 
 
 def test_nothing_to_run_is_refused_by_reason():
-    dialog = str(sorted((DATA / "memgallery" / "dialog").glob("*.json"))[0])
+    dialog = str(DIALOGS[0])
     with pytest.raises(SystemExit, match="nothing to run: stock-multimodal skipped, no image has pixels"):
         cli.main(["memgallery", dialog, "--limit", "1", "--systems", "stock-multimodal", "--no-progress"])
     with pytest.raises(SystemExit, match="--config '': choose rungs"):
         cli.main(["memgallery", dialog, "--config", ",", "--no-progress"])
     with pytest.raises(SystemExit, match="--config 'routing,ladders': choose rungs"):
         cli.main(["memgallery", dialog, "--config", "routing, ladders,routing", "--no-progress"])
+
+
+def _actions(parser, path=("vmem-bench",)):
+    """Every argument and option of the parser and its subcommands, with the command it belongs to."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield path, action
+            for name, sub in action.choices.items():
+                yield from _actions(sub, (*path, name))
+        else:
+            yield path, action
+
+
+def test_every_argument_option_and_subcommand_has_help():
+    import argparse
+
+    parser = cli._parser()
+    actions = list(_actions(parser))
+    named = {(path[-1], a.dest) for path, a in actions}
+    assert {("memgallery", "paths"), ("locomo", "paths"), ("memgallery", "k"), ("memgallery", "out"),
+            ("memgallery", "report"), ("compare", "a"), ("compare", "b")} <= named
+    for path, action in actions:
+        assert action.help and action.help.strip() and action.help is not argparse.SUPPRESS, (path, action.dest)
+        assert "`" not in action.help, (path, action.dest)
+        if isinstance(action, argparse._SubParsersAction):  # each subcommand's line in the command list
+            assert {a.dest for a in action._choices_actions} == set(action.choices)
+            assert all(a.help and "`" not in a.help for a in action._choices_actions)
+    for name in ("k", "out", "report"):
+        help_ = next(a.help for path, a in actions if path[-1] == "memgallery" and a.dest == name)
+        assert len(help_) > 60, f"--{name} says what it is, not only its default: {help_!r}"
+    helps = [parser.format_help()] + [sub.format_help() for sub in parser._subparsers._group_actions[0].choices.values()]
+    for text in helps:  # every page renders (a stray % would raise) and has no literal backticks
+        assert "`" not in text and "%" not in text.replace("95%", "")
+
+
+def test_the_cli_answers_help_without_loading_llamaindex_or_torch():
+    """vmem-bench --help must be instant: its module loads only the standard library."""
+    code = ("import sys\nfrom llama_index_vmem.bench import cli\ncli._parser().format_help()\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'llama_index', 'transformers', 'numpy', "
+            "'qdrant_edge', 'qdrant_client', 'matplotlib'}))")
+    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+    assert loaded == "[]"
+
+
+@pytest.mark.parametrize("benchmark", ["memgallery", "locomo"])
+def test_missing_data_stops_the_run_saying_where_to_get_it(benchmark, tmp_path):
+    needs = {"memgallery": ["Mem-Gallery", "Bei et al. 2026", "github.com/YuanchenBei/Mem-Gallery", "MIT",
+                            "dialog/*.json", "prompts/llm_judge.txt"],
+             "locomo": ["Evaluating Very Long-Term Conversational Memory of LLM Agents", "Maharana et al. 2024",
+                        "https://github.com/snap-research/locomo", "CC BY-NC 4.0"]}[benchmark]
+    (tmp_path / "empty").mkdir()
+    for missing, says in ((tmp_path / "nowhere" / "data.json", "no such file or folder"),
+                          (tmp_path / "empty", "a folder with no .json files in it")):
+        with pytest.raises(SystemExit) as stopped:
+            cli.main([benchmark, str(missing), "--out", str(tmp_path / "out" / "r.json"), "--report", str(tmp_path / "out" / "r.md")])
+        message = " ".join(str(stopped.value.code).split())  # unwrapped
+        assert message.startswith(f"{missing}: {says}") and all(n in message for n in needs), message
+    assert not (tmp_path / "out").exists(), "nothing is written before the data is found"
+
+
+def test_a_folder_stands_for_its_json_files_in_name_order(tmp_path):
+    mg = DATA / "memgallery"
+    assert cli.data_files("memgallery", [mg / "dialog"]) == DIALOGS  # fixtures' paths are already resolved
+    assert cli.data_files("memgallery", [mg]) == DIALOGS, "the data folder stands for its dialog subfolder"
+    assert cli.data_files("memgallery", [DIALOGS[1], mg / "dialog"]) == [DIALOGS[1], DIALOGS[0]], "each file once"
+    (tmp_path / "b.json").write_text("[]")
+    (tmp_path / "a.json").write_text("[]")
+    (tmp_path / "notes.txt").write_text("not data")
+    assert cli.data_files("locomo", [tmp_path]) == [tmp_path.resolve() / "a.json", tmp_path.resolve() / "b.json"]
+    assert cli.data_files("locomo", [LOCOMO.parent]) == [LOCOMO]

@@ -1,8 +1,11 @@
 """``vmem-bench``: V-Mem against the stock LlamaIndex retrievers, in one command and one run.
 
-    vmem-bench memgallery ../shared/data/memgallery/dialog/*.json --out results.json --report report.md
+    vmem-bench memgallery ../shared/data/memgallery/dialog --out results.json --report report.md
     vmem-bench locomo ../shared/data/locomo/locomo_dev.json
     vmem-bench compare a.json b.json --metric judge
+
+Only the standard library is imported at start-up, so ``--help`` answers at once; LlamaIndex, torch
+and the encoders load when a command runs.
 """
 
 from __future__ import annotations
@@ -12,14 +15,40 @@ import importlib
 import json
 import logging
 import sys
+import textwrap
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
-from . import report
-from .data import BenchConversation, load_locomo, load_memgallery
+if TYPE_CHECKING:
+    from .data import BenchConversation
 
 logger = logging.getLogger("vmem_bench")
 DEFAULT_SYSTEMS = "vmem,stock-dense,stock-bm25,stock-fusion,stock-multimodal"
+COMPARE_METRICS = ("hit, recall, precision (recomputed at the files' K), context_evidence_recall, "
+                   "context_evidence_recall_any_part, context_evidence_recall_rounds, and with --qa judge, f1, bleu1, em "
+                   "(and LoCoMo's locomo_f1)")
+
+#: Where each benchmark's data comes from, its licence, and the layout the loaders read.
+DATA_SOURCES: Dict[str, str] = {
+    "memgallery": (
+        "Mem-Gallery, the benchmark of Bei et al. 2026, 'Mem-Gallery: Benchmarking Multimodal Long-Term "
+        "Conversational Memory for MLLM Agents' (arXiv:2601.03515; repository licence MIT). Get it from "
+        "https://github.com/YuanchenBei/Mem-Gallery (its dataset is published at "
+        "https://huggingface.co/datasets/Ethan-Bei/Mem-Gallery). Layout: MEMGALLERY/dialog/*.json, one dialogue "
+        "with its QAs per file (images, where present, in MEMGALLERY/image/), and MEMGALLERY/prompts/llm_judge.txt, "
+        "the judge prompt --qa needs. Give the dialog folder or some of its files."
+    ),
+    "locomo": (
+        "LoCoMo, from 'Evaluating Very Long-Term Conversational Memory of LLM Agents' (Maharana et al. 2024; "
+        "CC BY-NC 4.0). Get it from https://github.com/snap-research/locomo (the conversations file in its data "
+        "folder, locomo10.json). Layout: a JSON file holding a list of conversations, each with sample_id, "
+        "conversation and qa. Give the file, or a folder of such files."
+    ),
+}
+
+
+def _wrapped(*paragraphs: str) -> str:
+    return "\n\n".join(textwrap.fill(p, width=100) for p in paragraphs)
 
 
 def _positive(text: str) -> int:
@@ -30,34 +59,85 @@ def _positive(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vmem-bench", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    for name in ("memgallery", "locomo"):
-        b = sub.add_parser(name, help=f"run the {name} benchmark")
-        b.add_argument("paths", nargs="+", type=Path)
-        b.add_argument("--k", type=_positive, default=10)
-        b.add_argument("--config", default="anchors",
-                       help="vmem rungs to run: comma list of vanilla,routing,rounds,anchors or 'ladder' (anchors is 'vmem')")
-        b.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"comma list (default {DEFAULT_SYSTEMS})")
-        b.add_argument("--image-root", type=Path, help="where the images live when not next to the JSON")
-        b.add_argument("--llm", help="anchors and answers: openai:MODEL, openai-like:MODEL@BASE_URL or package.module:Class")
-        b.add_argument("--llm-kwargs", help='JSON arguments for the LLM, e.g. \'{"model": "qwen2.5vl:7b"}\'')
-        b.add_argument("--qa", action="store_true", help="also answer and judge every question (needs --llm)")
-        b.add_argument("--judge-prompt", type=Path, help="Mem-Gallery judge prompt file (llm_judge.txt)")
-        b.add_argument("--limit", type=_positive, help="first N questions per conversation (quick runs)")
+    raw = argparse.RawDescriptionHelpFormatter  # keeps the examples and paragraphs below as laid out
+    examples = ("Examples:\n"
+                "  vmem-bench memgallery MEMGALLERY/dialog --out mg.json --report mg.md\n"
+                "  vmem-bench locomo LOCOMO/locomo10.json --k 10\n"
+                "  vmem-bench compare mg.json other.json --metric hit")
+    p = argparse.ArgumentParser(
+        prog="vmem-bench", formatter_class=raw,
+        description=_wrapped("V-Mem against the stock LlamaIndex retrievers on Mem-Gallery or LoCoMo, in one command "
+                             "and one run. Each command has its own help: vmem-bench COMMAND --help."),
+        epilog=examples + "\n\n" + _wrapped("The benchmark data is not included:", *DATA_SOURCES.values()))
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           help="memgallery or locomo (run a benchmark), or compare (two results files)")
+    for name, title in (("memgallery", "Mem-Gallery"), ("locomo", "LoCoMo")):
+        memgallery = name == "memgallery"
+        b = sub.add_parser(
+            name, formatter_class=raw, help=f"run the {title} benchmark",
+            description=_wrapped(f"Build every system's memory of each {title} conversation, ask its questions and "
+                                 "score the rankings (and, with --qa, the answers) by the benchmark's own metrics. "
+                                 "Writes the results JSON (--out) and a Markdown report with a chart (--report), "
+                                 "and prints one summary line."),
+            epilog=_wrapped("Data: " + DATA_SOURCES[name]))
+        b.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                       help=f"{title} data: " + ("dialogue files (dialog/*.json) or folders; a folder stands for "
+                                                 "the .json files in it (or in its dialog subfolder)" if memgallery else
+                                                 "conversation files (such as locomo10.json) or folders; a folder "
+                                                 "stands for the .json files in it") + ", in name order; each file is read once")
+        b.add_argument("--k", type=_positive, default=10, metavar="K",
+                       help="rank cut-off: Precision, Recall and HitRate@K score each system's top K "
+                            + ("rounds" if memgallery else "turns") + "; vmem retrieves at least max(K, 12) rounds "
+                            "(default: %(default)s)")
+        b.add_argument("--config", default="anchors", metavar="RUNGS",
+                       help="vmem rungs to run: a comma list of vanilla, routing, rounds, anchors, or 'ladder' for "
+                            "all four; anchors is reported as 'vmem', the others as 'vmem-RUNG' (default: %(default)s)")
+        b.add_argument("--systems", default=DEFAULT_SYSTEMS, metavar="NAMES",
+                       help="systems to compare, a comma list of vmem, stock-dense, stock-bm25, stock-fusion, "
+                            "stock-multimodal; stock-multimodal runs only where images have pixels (default: all)")
+        if memgallery:
+            b.add_argument("--image-root", type=Path, metavar="DIR",
+                           help="folder holding the images when they are not where the JSON's paths point; an image "
+                                "whose file is found nowhere runs as its caption")
+        b.add_argument("--llm", metavar="SPEC",
+                       help="LLM for vmem's anchors and, with --qa, the answers and the judge: openai:MODEL, "
+                            "openai-like:MODEL@BASE_URL, or package.module:Class (any LlamaIndex LLM); without one, "
+                            "anchors fall back to the raw query")
+        b.add_argument("--llm-kwargs", metavar="JSON",
+                       help='JSON object of keyword arguments for the --llm class, e.g. \'{"model": "qwen2.5vl:7b"}\'')
+        b.add_argument("--qa", action="store_true",
+                       help="also answer every question from each system's context and score the answers (LLM "
+                            "judge, F1, BLEU-1, exact match); needs --llm" + (" and --judge-prompt" if memgallery else ""))
+        if memgallery:
+            b.add_argument("--judge-prompt", type=Path, metavar="FILE",
+                           help="the benchmark's LLM-judge prompt, MEMGALLERY/prompts/llm_judge.txt (needed by --qa)")
+        b.add_argument("--limit", type=_positive, metavar="N",
+                       help="ask only the first N questions of each conversation (quick runs)")
         b.add_argument("--delivery", choices=("text", "pixels"), default="text",
-                       help="how vmem's context is delivered (pixels: labelled images counted per question)")
-        b.add_argument("--out", type=Path, default=Path("results.json"))
-        b.add_argument("--report", type=Path, default=Path("report.md"))
-        b.add_argument("--no-progress", action="store_true")
-    c = sub.add_parser("compare", help="paired bootstrap CI and sign-flip p-value between two results files")
-    c.add_argument("a", type=Path)
-    c.add_argument("b", type=Path)
-    c.add_argument("--system", default="vmem")
-    c.add_argument("--system-b", help="system in b (default: same as --system)")
-    c.add_argument("--metric", default="hit", help="per-question metric: hit, recall, precision, judge, f1, "
-                   "context_evidence_recall, context_evidence_recall_any_part, context_evidence_recall_rounds")
-    c.add_argument("--resamples", type=_positive, default=10_000)
+                       help="how vmem's context reaches the answering model: text (captions) or pixels (labelled "
+                            "images, counted per question) (default: %(default)s)")
+        b.add_argument("--out", type=Path, default=Path("results.json"), metavar="FILE",
+                       help="where to write the results JSON: each system's overall, per-category and per-question "
+                            "scores, costs and settings; vmem-bench compare reads it (default: %(default)s)")
+        b.add_argument("--report", type=Path, default=Path("report.md"), metavar="FILE",
+                       help="where to write the Markdown report (tables overall and per category), with its "
+                            "hit@k-per-category chart beside it as a PNG of the same name; the report is not "
+                            "printed, only a summary line (default: %(default)s)")
+        b.add_argument("--no-progress", action="store_true", help="do not show progress bars")
+        if not memgallery:  # LoCoMo's photos are captions and its judge is its own grading prompt
+            b.set_defaults(image_root=None, judge_prompt=None)
+    c = sub.add_parser(
+        "compare", formatter_class=raw, help="paired bootstrap CI and sign-flip p-value between two results files",
+        description=_wrapped("Is one system better than another on the same questions? Pairs the per-question "
+                             "scores of two results files (or of two systems in one) and prints, as JSON, the mean "
+                             "difference, its 95% bootstrap confidence interval and a sign-flip p-value."))
+    c.add_argument("a", type=Path, metavar="A", help="the first results file (the --out of a vmem-bench run)")
+    c.add_argument("b", type=Path, metavar="B", help="the second results file, of the same benchmark and K (may be A)")
+    c.add_argument("--system", default="vmem", help="the system to compare, in A (default: %(default)s)")
+    c.add_argument("--system-b", metavar="SYSTEM", help="the system in B (default: the same as --system)")
+    c.add_argument("--metric", default="hit", help=f"per-question metric: {COMPARE_METRICS} (default: %(default)s)")
+    c.add_argument("--resamples", type=_positive, default=10_000, metavar="N",
+                   help="bootstrap resamples and sign flips (default: %(default)s)")
     return p
 
 
@@ -104,26 +184,65 @@ def main(argv: Optional[List[str]] = None, llm=None) -> int:
         print(json.dumps(compare(_read_json(args.a), _read_json(args.b), args.system, args.system_b or args.system,
                                  args.metric, args.resamples), indent=2))
         return 0
-    from .harness import run_benchmark
-
+    files = data_files(args.command, args.paths)  # missing data is named before anything loads or is written
     llm = llm or load_llm(args.llm, args.llm_kwargs)
     _prepare_run(args, llm)
-    conversations = _load(args)
+    conversations = _load(args, files)
     if args.limit:
         for c in conversations:
             c.questions = c.questions[: args.limit]
+    from . import report
+    from .harness import run_benchmark
+
     results = run_benchmark(args.command, conversations, k=args.k, systems=args.systems, rungs=args.config,
                             llm=llm, qa=args.qa, judge_prompt=args.judge_prompt, show_progress=not args.no_progress,
                             delivery=args.delivery)
     args.out.write_text(json.dumps(results, indent=2))
     report.write(results, args.report)
-    print(report.markdown(results))
+    print(summary(results, args.out, args.report))
     return 0
+
+
+def summary(results: Dict, out: Path, report_path: Path) -> str:
+    """One line for the terminal: each system's hit@k and where the results and report are (the
+    report itself is in its file, not printed again)."""
+    from .report import chart_path, system_names
+
+    scores = ", ".join(f"{name} {_fmt(results[name]['overall'].get('hit@k'))}" for name in system_names(results))
+    return (f"{results['benchmark']}: hit@{results['k']} {scores} | results: {out} | "
+            f"report: {report_path} (chart: {chart_path(report_path)})")
+
+
+def _fmt(value) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else "-" if value is None else str(value)
+
+
+def data_files(benchmark: str, paths: List[Path]) -> List[Path]:
+    """The data files ``paths`` name, each once, in the order given: a folder stands for the ``.json``
+    files in it, in name order (Mem-Gallery: or in its ``dialog`` subfolder). A path that is not
+    there, or a folder without data, stops the run with where to get the data."""
+    title = {"memgallery": "Mem-Gallery", "locomo": "LoCoMo"}[benchmark]
+    where = f"vmem-bench {benchmark} reads the {title} data, which is not included.\n\n" + _wrapped(DATA_SOURCES[benchmark])
+    files: List[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.glob("*.json") if p.is_file())
+            if not found and benchmark == "memgallery" and (path / "dialog").is_dir():
+                found = sorted(p for p in (path / "dialog").glob("*.json") if p.is_file())
+            if not found:
+                raise SystemExit(f"{path}: a folder with no .json files in it. {where}")
+            files += found
+        elif path.exists():
+            files.append(path)
+        else:
+            raise SystemExit(f"{path}: no such file or folder. {where}")
+    return list(dict.fromkeys(p.resolve() for p in files))
 
 
 def _prepare_run(args: argparse.Namespace, llm) -> None:
     """Refuse, or make ready, everything that would otherwise fail only after the run, when its
     work is lost: the LLM and judge prompt QA needs, and the output folders."""
+    from . import report
     from .harness import names
 
     if args.qa and llm is None:
@@ -136,7 +255,8 @@ def _prepare_run(args: argparse.Namespace, llm) -> None:
     if args.qa and args.command == "memgallery" and args.judge_prompt is None:
         raise SystemExit("--qa on memgallery needs its judge prompt (--judge-prompt .../prompts/llm_judge.txt)")
     if args.judge_prompt is not None and not args.judge_prompt.is_file():
-        raise SystemExit(f"--judge-prompt {args.judge_prompt}: no such file")
+        raise SystemExit(f"--judge-prompt {args.judge_prompt}: no such file (Mem-Gallery's is prompts/llm_judge.txt)."
+                         f"\n\n{DATA_SOURCES['memgallery']}")
     chart = report.chart_path(args.report)
     targets = {"--out": args.out, "--report": args.report, "--report's chart": chart}
     for flag, target in targets.items():
@@ -149,11 +269,12 @@ def _prepare_run(args: argparse.Namespace, llm) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
 
 
-def _load(args: argparse.Namespace) -> List[BenchConversation]:
+def _load(args: argparse.Namespace, files: List[Path]) -> List["BenchConversation"]:
     """Each file once, in the order given; a file that is not this benchmark's is named."""
-    paths = list(dict.fromkeys(p.resolve() for p in args.paths))
+    from .data import load_locomo, load_memgallery
+
     conversations = []
-    for path in paths:
+    for path in files:
         try:
             if args.command == "memgallery":
                 conversations.append(load_memgallery(path, args.image_root))
@@ -162,7 +283,7 @@ def _load(args: argparse.Namespace) -> List[BenchConversation]:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise SystemExit(f"{path}: not a readable {args.command} file ({type(e).__name__}: {e})") from None
     if not conversations:
-        raise SystemExit(f"no conversations in {', '.join(map(str, paths))}")
+        raise SystemExit(f"no conversations in {', '.join(map(str, files))}")
     return conversations
 
 
