@@ -133,10 +133,11 @@ def photos() -> Dict[str, Path]:
     return {n.split(".")[0]: root / n for n in names}
 
 
-@pytest.fixture(params=["edge", "server"])
+@pytest.fixture(params=["edge", pytest.param("server", marks=pytest.mark.slow)])
 def make_index(request, tmp_path, minilm, tiny_siglip):
     """Open memories of one store, on Qdrant Edge or through qdrant-client (its local mode runs the
-    server code path); every test using it runs on both. All are closed after the test."""
+    server code path); every test using it runs on both, the server one with the long tests
+    (``-m slow``). All are closed after the test."""
     from qdrant_client import QdrantClient
 
     from llama_index_vmem import VMemIndex

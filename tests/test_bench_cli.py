@@ -34,6 +34,7 @@ def memgallery_run(tmp_path_factory):
     return out, json.loads((out / "results.json").read_text()), llm
 
 
+@pytest.mark.slow
 def test_results_json_has_the_specified_shape(memgallery_run):
     out, results, _ = memgallery_run
     assert results["benchmark"] == "memgallery" and results["k"] == 10 and results["image_mode"] == "caption"
@@ -59,6 +60,7 @@ def test_results_json_has_the_specified_shape(memgallery_run):
     assert (out / "report.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_stock_contexts_are_filled_to_vmems_token_count(memgallery_run):
     _, results, _ = memgallery_run
     vmem = {r["qid"]: r["context_tokens"] for r in results["vmem"]["per_question"]}
@@ -134,6 +136,7 @@ def test_stock_units_reach_the_context_dated_but_are_searched_by_their_text_alon
     assert "timestamp: 3 June, 2023\n\nAnn: We went hiking on Sunday." in outcome.context
 
 
+@pytest.mark.slow
 def test_qa_answers_with_the_answer_prompt_and_judges_with_the_benchmark_prompt(memgallery_run):
     from llama_index_vmem.bench.data import load_memgallery
 
@@ -150,6 +153,7 @@ def test_qa_answers_with_the_answer_prompt_and_judges_with_the_benchmark_prompt(
     assert with_image and len(noted) == len(with_image) * 7, "each system answers a question asked with an image with its note"
 
 
+@pytest.mark.slow
 def test_every_qa_score_is_kept_per_question_and_per_category(memgallery_run, capsys):
     out, results, _ = memgallery_run
     assert {"judge", "f1", "bleu1", "em", "answer"} <= set(results["stock-bm25"]["per_question"][0])
@@ -160,6 +164,7 @@ def test_every_qa_score_is_kept_per_question_and_per_category(memgallery_run, ca
     assert "## judge per category" in report and "## precision@k per category" in report
 
 
+@pytest.mark.slow
 def test_compare_gives_ci_and_p_value(memgallery_run, capsys):
     out, _, _ = memgallery_run
     assert cli.main(["compare", str(out / "results.json"), str(out / "results.json"), "--system", "vmem",
@@ -169,6 +174,7 @@ def test_compare_gives_ci_and_p_value(memgallery_run, capsys):
     assert verdict["ci95"][0] <= verdict["difference"] <= verdict["ci95"][1]
 
 
+@pytest.mark.slow
 def test_compare_refuses_results_at_another_k(memgallery_run, tmp_path):
     out, results, _ = memgallery_run
     other = tmp_path / "k5.json"
@@ -177,6 +183,7 @@ def test_compare_refuses_results_at_another_k(memgallery_run, tmp_path):
         cli.main(["compare", str(out / "results.json"), str(other), "--metric", "hit", "--resamples", "10"])
 
 
+@pytest.mark.slow
 def test_compare_refuses_results_scored_by_another_metrics_version(memgallery_run, tmp_path):
     """A file written before context recall credited parts (no ``metrics_version``) counted a part
     of a round whole: pairing it with a new file would compare two definitions under one name."""
@@ -201,6 +208,7 @@ def test_an_unknown_system_is_refused_before_any_worker_starts():
     assert multiprocessing.active_children() == []
 
 
+@pytest.mark.slow
 def test_vmem_returns_at_least_k_rounds_when_k_is_above_the_papers_12(tmp_path):
     from llama_index_vmem.bench.data import load_locomo
 
@@ -221,6 +229,7 @@ def test_vmem_returns_at_least_k_rounds_when_k_is_above_the_papers_12(tmp_path):
         assert len({round_of[conversation, t] for t in row["retrieved"]}) >= k, row["qid"]
 
 
+@pytest.mark.slow
 def test_locomo_runs_over_turn_ids(tmp_path):
     from llama_index_vmem.bench.data import load_locomo
 
@@ -260,6 +269,7 @@ def _photo_dialogue(tmp_path, photos):
     return path
 
 
+@pytest.mark.slow
 def test_pixels_mode_runs_stock_multimodal_and_counts_delivered_images(tmp_path, photos):
     """Image mode 'pixels': vmem delivers labelled images."""
     path = _photo_dialogue(tmp_path, photos)
@@ -274,6 +284,7 @@ def test_pixels_mode_runs_stock_multimodal_and_counts_delivered_images(tmp_path,
     assert results["stock-multimodal"]["overall"]["n"] == 2
 
 
+@pytest.mark.slow
 def test_qa_in_pixels_mode_answers_from_the_delivered_pixels(tmp_path, photos):
     """vmem's answer is one message of the answer prompt's text around its delivered content, the
     labelled images among it (as VMemQueryEngine sends it); a text-only stock context is a prompt."""
@@ -348,6 +359,7 @@ def test_a_bench_round_reads_exactly_as_vmem_delivers_it():
                       "Assistant: Lovely frosting.\n[Image D2:IMG_002] a fork")
 
 
+@pytest.mark.slow
 def test_results_report_context_recall_three_ways(memgallery_run):
     out, results, _ = memgallery_run
     for name in ("vmem", "stock-dense"):
@@ -391,6 +403,7 @@ def test_a_stock_context_holding_part_of_a_gold_round_recalls_that_part_of_it():
     assert overall["context_evidence_recall"] == pytest.approx(share) and overall["context_evidence_recall_any_part"] == 1.0
 
 
+@pytest.mark.slow
 def test_builds_interleave_by_conversation_after_every_encoder_is_warm(tmp_path):
     from llama_index_vmem.bench.data import BenchConversation, BenchQuestion, BenchRound
     from llama_index_vmem.bench.run import run
@@ -424,6 +437,7 @@ def test_builds_interleave_by_conversation_after_every_encoder_is_warm(tmp_path)
     assert runs["stock-dense"].units == 2 and runs["vmem"].build_seconds >= 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", [1, 0])
 def test_every_system_credits_exactly_the_evidence_text_in_its_context(minilm, window):
     """Each delivered round counts for the share of its text (in tokens) that is in the context:
@@ -495,6 +509,7 @@ def test_an_llm_that_cannot_be_built_is_refused_by_name(spec, kwargs, says):
         cli.load_llm(spec, kwargs)
 
 
+@pytest.mark.slow
 def test_compare_names_an_unknown_system_or_metric(memgallery_run):
     out, _, _ = memgallery_run
     path = str(out / "results.json")
@@ -548,6 +563,7 @@ def test_what_would_fail_after_the_run_is_refused_before_it(tmp_path):
         cli.main(["memgallery", str(tmp_path / "blank.json")])
 
 
+@pytest.mark.slow
 def test_an_image_file_that_is_no_image_stops_the_run_naming_it(tmp_path, photos):
     """A missing file runs as its caption; a file that is there but is not an image is the data's fault."""
     path = _photo_dialogue(tmp_path, photos)
@@ -574,6 +590,7 @@ def test_names_are_trimmed_and_given_once():
     assert rung_names("rounds, vanilla") == rung_names(["rounds", "vanilla", "rounds"]) == ["rounds", "vanilla"]
 
 
+@pytest.mark.slow
 def test_a_run_without_vmem_scores_no_context_and_writes_into_new_folders(tmp_path, capsys):
     """A folder stands for its .json files; a file named again, in the folder or by itself, is read once.
     The report goes to its file and only a summary line to the terminal."""

@@ -9,6 +9,8 @@ from llama_index_vmem.bench.run import PeakRSS
 from llama_index_vmem.bench.systems import BenchSystem, QueryOutcome, StockSystem, unit_nodes
 from llama_index_vmem.bench.worker import WorkerSystem
 
+pytestmark = pytest.mark.slow  # spawns a worker process per system: run in CI with -m slow
+
 HOG_MB = 400
 
 

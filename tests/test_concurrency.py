@@ -7,7 +7,11 @@ import asyncio
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from llama_index_vmem import VMemQueryBundle
+
+pytestmark = pytest.mark.slow  # many threads and tasks at once: run in CI with -m slow
 
 WRITERS, CALLS, READS = 4, 3, 6
 QUESTIONS = ["What did I cook on Sunday?", "Where did we hike?", "Which photo is this?"]

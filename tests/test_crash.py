@@ -18,6 +18,8 @@ import pytest
 from llama_index_vmem import VMemIndex
 from llama_index_vmem.store import Collection
 
+pytestmark = pytest.mark.slow  # child processes killed mid-write: run in CI with -m slow
+
 CHILD = Path(__file__).with_name("ingest_child.py")
 KILLED_ADD_CHILD = Path(__file__).with_name("killed_add_child.py")
 KILLS = 8

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import List
 
+import pytest
+
 from llama_index_vmem import schema
 from llama_index_vmem.encoders.bm25 import Sparse
 from llama_index_vmem.store import Collection
@@ -22,6 +24,8 @@ from llama_index_vmem.store.base import Hit, LaneDims, PointData, Scope
 from llama_index_vmem.store.edge import EdgeLaneStore
 
 from conftest import BENCH_DATA
+
+pytestmark = pytest.mark.slow  # whole benchmark runs in child processes: run in CI with -m slow
 
 SCOPE = Scope("m")
 

@@ -829,6 +829,7 @@ def test_a_round_borrows_the_images_of_its_own_session_within_the_window(open_me
     assert neighbours.within(index, a5, 0) == {rounds["A:5"].node_id}
 
 
+@pytest.mark.slow
 def test_crafted_archives_are_refused_with_the_item_named(open_memory, photos, tmp_path, minilm, tiny_siglip):
     index = open_memory()
     index.add_rounds(_conversation(photos)[:1])

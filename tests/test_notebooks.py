@@ -26,6 +26,7 @@ def test_there_are_notebooks():
     assert {p.name for p in NOTEBOOKS} >= {"quickstart.ipynb", "comparison.ipynb"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_executes_and_leaves_no_files(path, monkeypatch):
     monkeypatch.setenv("DATA_DIR", str(DATA))

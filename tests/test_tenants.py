@@ -29,6 +29,7 @@ ops = st.lists(st.one_of(
 _example = itertools.count()
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops)
 def test_no_call_ever_crosses_memories(open_memory, photos, program):
