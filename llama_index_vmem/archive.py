@@ -83,23 +83,22 @@ def export_memory(index: "VMemIndex", path: Union[str, os.PathLike]) -> Path:
     written = {p.id for p in points[Collection.ROUNDS]}  # units of a killed add, not yet swept, stay behind
     points.update({c: [p for p in points[c] if p.payload[schema.ROUND_ID] in written] for c in (Collection.TEXT, Collection.IMAGE)})
     sources = _image_files(index, points[Collection.IMAGE])
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            for name, source in sources.items():
-                archive.write(source, f"{IMAGES}/{name}")
-            document = {
-                "format": FORMAT,
-                "memory_id": index.memory_id,
-                "encoders": index.manifest(),
-                "collections": {c.value: [_point_to_json(p) for p in points[c]] for c in Collection},
-            }
-            archive.writestr(MEMORY_JSON, json.dumps(document))
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    document = {
+        "format": FORMAT,
+        "memory_id": index.memory_id,
+        "encoders": index.manifest(),
+        "collections": {c.value: [_point_to_json(p) for p in points[c]] for c in Collection},
+    }
+    image_io.write_atomically(path, lambda tmp: _write_zip(tmp, sources, document))
     logger.info("memory %s: exported %d rounds to %s", index.memory_id, len(points[Collection.ROUNDS]), path)
     return path
+
+
+def _write_zip(path: Path, sources: Dict[str, Path], document: Dict[str, Any]) -> None:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, source in sources.items():
+            archive.write(source, f"{IMAGES}/{name}")
+        archive.writestr(MEMORY_JSON, json.dumps(document))
 
 
 def _image_files(index: "VMemIndex", points: List[PointData]) -> Dict[str, Path]:

@@ -17,11 +17,11 @@ import logging
 import os
 import re
 import stat
+import tempfile
 import threading
 import time
 import urllib.parse
 import urllib.request
-import uuid
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -30,6 +30,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, List, Optional, Set, Union
 
 from PIL import Image, UnidentifiedImageError
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
 from .errors import VMemInputError
 
@@ -169,16 +174,17 @@ def _read_file(item: str, path: Path, fence: Optional[Fence]) -> bytes:
         os.fsencode(path)  # a lone surrogate no file name decodes to: every OS call on it raises UnicodeEncodeError
     except UnicodeEncodeError:
         raise VMemInputError(item, f"image path {str(path)!r} names no file (it holds a lone surrogate)") from None
-    if fence is not None:
-        fence.check(item, path)
     try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):  # a device or pipe reports no size and may never end
-            raise VMemInputError(item, f"{path} is not a regular file")
-        if info.st_size > MAX_IMAGE_BYTES:
-            raise VMemInputError(item, f"{path} is {info.st_size} bytes, over the {MAX_IMAGE_BYTES} limit")
-        with path.open("rb") as f:
-            raw = f.read(MAX_IMAGE_BYTES + 1)  # a file that grew since stat is still capped
+        # Opened once, then checked and read through that one descriptor: a link swapped in after
+        # the check cannot change what is read. O_NONBLOCK: a pipe opens at once, to be refused.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        try:
+            _check_opened(item, fd, path, fence)
+        except BaseException:
+            os.close(fd)
+            raise
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(MAX_IMAGE_BYTES + 1)  # a file that grew since fstat is still capped
         if len(raw) > MAX_IMAGE_BYTES:
             raise VMemInputError(item, f"{path} is over the {MAX_IMAGE_BYTES}-byte limit")
         return raw
@@ -188,6 +194,32 @@ def _read_file(item: str, path: Path, fence: Optional[Fence]) -> bytes:
         raise VMemInputError(item, f"image file not found: {path}") from None
     except OSError as exc:
         raise VMemInputError(item, f"cannot read image file {path}: {exc}") from None
+
+
+def _check_opened(item: str, fd: int, path: Path, fence: Optional[Fence]) -> None:
+    """Refuse the file open at ``fd`` (opened from ``path``) if it is fenced off, no regular file, or too big."""
+    if fence is not None:
+        fence.check(item, _opened_path(item, fd, path))
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # a device or pipe reports no size and may never end
+        raise VMemInputError(item, f"{path} is not a regular file")
+    if info.st_size > MAX_IMAGE_BYTES:
+        raise VMemInputError(item, f"{path} is {info.st_size} bytes, over the {MAX_IMAGE_BYTES} limit")
+
+
+def _opened_path(item: str, fd: int, path: Path) -> Path:
+    """Where the file open at ``fd`` really is, asked of the system by descriptor (Linux, macOS);
+    elsewhere ``path`` resolved, refused unless it is still the very file that is open."""
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        pass
+    if hasattr(fcntl, "F_GETPATH"):  # macOS
+        return Path(os.fsdecode(fcntl.fcntl(fd, fcntl.F_GETPATH, bytes(1024)).rstrip(b"\0")))
+    resolved = path.resolve()
+    if not os.path.samestat(os.fstat(fd), resolved.stat()):
+        raise VMemInputError(item, f"{path} changed while it was opened")
+    return resolved
 
 
 def _read_url(item: str, url: str, fence: Optional[Fence]) -> bytes:
@@ -318,12 +350,31 @@ def intact(path: Path) -> bool:
         return False
 
 
+def _file_mode() -> int:
+    """The mode ``open()`` gives a new file under this process's umask (``mkstemp``'s is 0o600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+#: Read once, at import: setting the umask to read it is not safe while other threads create files.
+_FILE_MODE = _file_mode()
+
+
 def write_atomically(target: Path, write: Callable[[Path], None], durable: bool = False) -> None:
     """``write`` a temporary file of this call's own, then rename it to ``target``: readers never
     see half a file, and two writers of one target (two chats attaching the same picture) never
-    share a temporary file. ``durable`` syncs the file and its folder to disk, for a file whose loss
-    a power cut must not cause (a store's manifest), at a few milliseconds a write."""
-    tmp = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")
+    share a temporary file. The temporary file is created exclusively (``mkstemp``), so a link
+    planted in the folder under a name it might take is never followed. ``durable`` syncs the file
+    and its folder to disk, for a file whose loss a power cut must not cause (a store's manifest),
+    at a few milliseconds a write."""
+    fd, name = tempfile.mkstemp(prefix=f"{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        if os.chmod in os.supports_fd:  # not on Windows, whose files have no such mode
+            os.chmod(fd, _FILE_MODE)
+    finally:
+        os.close(fd)
+    tmp = Path(name)
     try:
         write(tmp)
         if durable:

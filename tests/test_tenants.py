@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import itertools
 import shutil
+import zipfile
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llama_index_vmem import VMemInputError, neighbours
+from llama_index_vmem import images as image_io
 from llama_index_vmem.index import MAX_MEMORY_ID_CHARS
 from llama_index_vmem.schema import round_id
 from llama_index_vmem.store import Collection
@@ -107,3 +109,48 @@ def test_photos_kept_in_the_image_folder_are_read_and_a_memory_folder_no_process
         with pytest.raises(VMemInputError, match="another memory's image folder"):
             alice.add_round(user="theirs", images=[{"image_id": "T", "path": str(unopened)}], session_id="S")
     assert [r.round.text for r in alice.rounds()] == ["User: my coffee\n[Image C]"]
+
+
+def test_an_export_never_writes_through_a_link_planted_at_a_temporary_name(open_memory, photos, tmp_path):
+    """An attacker who shares the folder plants ``<archive>.tmp`` (the old fixed temporary name)
+    as a link to another memory's picture: the export writes a fresh file of its own instead."""
+    shared = tmp_path / "images"
+    alice = open_memory("alice", image_dir=shared)
+    bob = open_memory("bob", image_dir=shared)
+    alice.add_round(user="my cat", images=[{"image_id": "A", "path": str(photos["chelsea"])}], session_id="S")
+    bob.add_round(user="my coffee", images=[{"image_id": "B", "path": str(photos["coffee"])}], session_id="S")
+    [alices_picture] = [p for p in alice.image_dir.iterdir() if p.is_file()]
+    before = alices_picture.read_bytes()
+    target = tmp_path / "bob.zip"
+    (tmp_path / "bob.zip.tmp").symlink_to(alices_picture)
+    bob.export_archive(target)
+    assert alices_picture.read_bytes() == before
+    alice.export_archive(tmp_path / "alice.zip")  # alice's own export still finds her picture intact
+    assert zipfile.is_zipfile(target) and not [p for p in tmp_path.glob("bob.zip.*") if not p.is_symlink()]
+
+
+def test_a_link_swapped_in_after_the_fence_check_cannot_change_what_is_read(open_memory, photos, tmp_path, monkeypatch):
+    """The file is checked and read through one descriptor: swapping the checked path for a link to
+    another memory's picture right after the check still reads the file that was checked."""
+    shared = tmp_path / "images"
+    alice = open_memory("alice", image_dir=shared)
+    bob = open_memory("bob", image_dir=shared)
+    alice.add_round(user="my cat", images=[{"image_id": "A", "path": str(photos["chelsea"])}], session_id="S")
+    [alices_picture] = [p for p in alice.image_dir.iterdir() if p.is_file()]
+    upload = tmp_path / "upload.png"
+    shutil.copy(photos["coffee"], upload)
+    check = image_io.Fence.check
+
+    def check_then_swap(fence, item, path):
+        check(fence, item, path)
+        if upload.exists() and not upload.is_symlink():
+            upload.unlink()
+            upload.symlink_to(alices_picture)
+
+    monkeypatch.setattr(image_io.Fence, "check", check_then_swap)
+    bob.add_round(user="my coffee", images=[{"image_id": "B", "path": str(upload)}], session_id="S")
+    assert upload.is_symlink()  # the swap happened
+    [bobs_picture] = [p for p in bob.image_dir.iterdir() if p.is_file()]
+    assert bobs_picture.read_bytes() == photos["coffee"].read_bytes() != alices_picture.read_bytes()
+    with pytest.raises(VMemInputError, match="another memory's image folder"):  # the link itself is refused
+        bob.add_round(user="again", images=[{"image_id": "C", "path": str(upload)}], session_id="S")
