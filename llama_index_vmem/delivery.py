@@ -417,6 +417,8 @@ class DeliveryPostprocessor(BaseNodePostprocessor):
     ``VMemQueryEngine`` would where it fits the model's window (where it does not, their synthesizer
     splits or cuts it by its own rules). Retrieved rounds are first assembled into neighbour blocks, as
     ``NeighborRoundPostprocessor`` does (a no-op when that one ran before it, to set a window).
+    Each delivered node's id is derived from its place and content (``schema.delivered_id``), so the
+    same retrieval delivers the same ids in any process.
     """
 
     _blocks: NeighborRoundPostprocessor = PrivateAttr()
@@ -446,4 +448,7 @@ class DeliveryPostprocessor(BaseNodePostprocessor):
                 out[-1].node.text += block.text
             else:
                 out.append(NodeWithScore(node=TextNode(text=block.text), score=score))
+        for position, n in enumerate(out):  # by content (a labelled copy is named by its pixels), as the same retrieval delivers it
+            content = Path(n.node.image_path).name if isinstance(n.node, ImageNode) else n.node.text
+            n.node.id_ = schema.delivered_id(memory_id, position, content)
         return splice(nodes, lambda n: is_own(n, memory_id), out)

@@ -25,7 +25,23 @@ BLOCK_ROUND_IDS = "round_ids"
 
 
 class NeighborRoundPostprocessor(BaseNodePostprocessor):
-    """Turn retrieved round nodes into context blocks; image nodes follow their block."""
+    """Turn retrieved round nodes into context blocks; image nodes follow their block.
+
+    A block keeps the node id of the best round retrieved in it (the round whose score it takes),
+    as ``MetadataReplacementPostProcessor``'s sentence window keeps its sentence's id: the same
+    retrieval gives the same ids in any process, an answer's source can be cited across turns
+    (``index.get_rounds([node_id])`` reads that round back), and the id is one the caller already
+    holds. Its metadata lists every round it holds (``round_ids``, ``rounds``) and those retrieved
+    (``matched_rounds``).
+
+    To evaluate, give LlamaIndex's ``RetrieverEvaluator`` round node ids as ``expected_ids``: those
+    ``add_rounds`` returned, or ``schema.round_id(memory_id, round_key)`` for a dataset's round keys.
+    ``RetrieverEvaluator(retriever=index.as_retriever(), node_postprocessors=[NeighborRoundPostprocessor(index)])``
+    scores a block as its best round: a hit where that round is expected. A retrieved round merged
+    into a block behind a better one is context there, not a hit of its own, and neighbours never
+    are; to score every retrieved round, evaluate the retriever without this postprocessor (it
+    returns one node per round, and the blocks are built from exactly those rounds).
+    """
 
     window: Optional[int] = Field(default=None, description="Override the window the router chose.")
     _index: Any = PrivateAttr()
@@ -54,11 +70,13 @@ class NeighborRoundPostprocessor(BaseNodePostprocessor):
                 images.setdefault(current, []).append(n)
         window = self.window if self.window is not None else rounds[0].node.metadata.get(EXPLAIN_KEY, {}).get("neighbor_window", 1)
         matched = {r.node.node_id: r for r in rounds}
+        place = {r.node.node_id: i for i, r in reversed(list(enumerate(rounds)))}  # where each round first came
         out: List[NodeWithScore] = []
         members = neighbours.within(self._index, {rid: r.node.metadata for rid, r in matched.items()}, window) - matched.keys()
         for chain in _chains({rid: r.node for rid, r in matched.items()} | self._index.get_rounds(members)):
             hits = [matched[n.node_id] for n in chain if n.node_id in matched]
-            out.append(NodeWithScore(node=_block_node(chain, [h.node for h in hits]), score=max(h.score or 0.0 for h in hits)))
+            best = min(hits, key=lambda h: (-(h.score or 0.0), place[h.node.node_id]))
+            out.append(NodeWithScore(node=_block_node(best.node.node_id, chain, [h.node for h in hits]), score=best.score or 0.0))
             for h in hits:
                 out.extend(images.get(h.node.node_id, []))
         return splice(nodes, lambda n: _is_round(n, memory_id) or _is_image_unit(n, memory_id), out)
@@ -106,7 +124,8 @@ def _chains(rounds: Dict[str, TextNode]) -> List[List[TextNode]]:
     return chains
 
 
-def _block_node(members: List[TextNode], matched: List[TextNode]) -> TextNode:
+def _block_node(node_id: str, members: List[TextNode], matched: List[TextNode]) -> TextNode:
+    """The block of ``members`` under ``node_id``: an id derived from its rounds, never a random one."""
     text = f"[{schema.block_header([n.metadata for n in members])}]\n" + "\n\n".join(schema.dated_texts(members))
     first = members[0].metadata
     metadata = {
@@ -120,7 +139,7 @@ def _block_node(members: List[TextNode], matched: List[TextNode]) -> TextNode:
         schema.IMAGE_IDS: [i for n in members for i in n.metadata.get(schema.IMAGE_IDS, [])],
         EXPLAIN_KEY: {n.metadata[schema.ROUND_KEY]: n.metadata.get(EXPLAIN_KEY, {}) for n in matched},
     }
-    node = TextNode(text=text, metadata=metadata)
+    node = TextNode(id_=node_id, text=text, metadata=metadata)
     node.excluded_llm_metadata_keys = list(metadata)
     node.excluded_embed_metadata_keys = list(metadata)
     return node

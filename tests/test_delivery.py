@@ -465,3 +465,88 @@ def test_a_round_without_a_time_after_one_with_a_time_is_not_dated_by_it_and_a_c
     budget = content_tokens([TextBlock(text=text.split("\nUser: The slugs")[0])])
     [kept] = cut([TextBlock(text=text)], budget)
     assert kept.text.rstrip().endswith("Assistant: Nice.") and "round S:2]" not in kept.text
+
+
+# -- node ids: the same retrieval gives the same ids (issue 34) ------------------------------------
+
+
+def _ids(index, question):
+    """The node ids of each postprocessor's output for ``question``, and the retrieved rounds' ids."""
+    from llama_index_vmem import NeighborRoundPostprocessor
+
+    query = VMemQueryBundle(question)
+    nodes = index.as_retriever().retrieve(query)
+    blocks = NeighborRoundPostprocessor(index).postprocess_nodes(nodes, query)
+    delivered = DeliveryPostprocessor(index, budget=ImageBudget(3, 200)).postprocess_nodes(nodes, query)
+    return {"rounds": [n.node.node_id for n in nodes if "unit_ids" in n.node.metadata],
+            "blocks": [n.node.node_id for n in blocks], "delivered": [n.node.node_id for n in delivered]}
+
+
+def test_a_block_keeps_the_id_of_its_best_round_and_delivered_nodes_keep_theirs(make_index, photos):
+    """Ids were random per call: a chat could not cite a source across turns, and two runs of an
+    evaluation disagreed. A block is named by the best round retrieved in it, as a sentence window
+    keeps its sentence's id."""
+    from llama_index_vmem import NeighborRoundPostprocessor
+
+    index = _memory(make_index, photos)
+    first, again = _ids(index, "Which photo shows the rocket?"), _ids(index, "Which photo shows the rocket?")
+    assert first == again
+    blocks = NeighborRoundPostprocessor(index).postprocess_nodes(index.as_retriever().retrieve("Which photo shows the rocket?"))
+    for block in (b.node for b in blocks if "round_ids" in b.node.metadata):
+        best = next(r for r in first["rounds"] if r in block.metadata["round_ids"])  # the retriever ranks best first
+        assert block.node_id == best and index.get_rounds([best])[best].metadata["round_key"] in block.metadata["matched_rounds"]
+    assert len(set(first["delivered"])) == len(first["delivered"]) > 1, "delivered nodes are told apart"
+    assert set(first["delivered"]).isdisjoint(first["rounds"]), "a delivered run of text or picture is no round"
+    assert _ids(index, "What is my cat called?")["blocks"] != first["blocks"]
+
+
+def test_retriever_evaluator_scores_the_block_of_the_expected_round_as_a_hit(make_index, photos):
+    """``RetrieverEvaluator`` compares node ids: with random block ids it scored every question 0."""
+    from llama_index.core.evaluation import RetrieverEvaluator
+
+    from llama_index_vmem import NeighborRoundPostprocessor
+
+    index = _memory(make_index, photos)
+    cat = next(r for r in index.rounds() if r.round.metadata["round_key"] == "D2:1").round
+    evaluator = RetrieverEvaluator.from_metric_names(["hit_rate", "mrr"], retriever=index.as_retriever(),
+                                                     node_postprocessors=[NeighborRoundPostprocessor(index)])
+    result = evaluator.evaluate("Which animal is Mochi?", expected_ids=[cat.node_id])
+    assert result.metric_vals_dict["hit_rate"] == 1.0 and result.metric_vals_dict["mrr"] > 0
+    assert evaluator.evaluate("Which animal is Mochi?", expected_ids=[cat.node_id]).retrieved_ids == result.retrieved_ids
+
+
+_IDS_IN_A_CHILD = """
+import json, sys
+from llama_index_vmem import VMemIndex, VMemQueryBundle, NeighborRoundPostprocessor
+from llama_index_vmem.delivery import DeliveryPostprocessor, ImageBudget
+from llama_index_vmem.encoders import SiglipImageEncoder
+
+index = VMemIndex.from_defaults(path=sys.argv[1], image_encoder=SiglipImageEncoder(model_name=sys.argv[2], local_files_only=True))
+query = VMemQueryBundle(sys.argv[3])
+nodes = index.as_retriever().retrieve(query)
+blocks = NeighborRoundPostprocessor(index).postprocess_nodes(nodes, query)
+delivered = DeliveryPostprocessor(index, budget=ImageBudget(3, 200)).postprocess_nodes(nodes, query)
+print(json.dumps({"rounds": [n.node.node_id for n in nodes if "unit_ids" in n.node.metadata],
+                  "blocks": [n.node.node_id for n in blocks], "delivered": [n.node.node_id for n in delivered]}))
+index.close()
+"""
+
+
+def test_another_process_gets_the_same_ids_for_the_same_retrieval(tmp_path, minilm, tiny_siglip, photos):
+    import json
+    import subprocess
+    import sys
+
+    from llama_index_vmem import VMemIndex
+
+    store = tmp_path / "memory"
+    index = _memory(lambda: VMemIndex.from_defaults(path=store, embed_model=minilm, image_encoder=tiny_siglip), photos)
+    question = "Which photo shows the rocket?"
+    try:
+        here = _ids(index, question)
+    finally:
+        index.close()  # an embedded store is one process's at a time
+    child = subprocess.run([sys.executable, "-c", _IDS_IN_A_CHILD, str(store), tiny_siglip.model_name, question],
+                           capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert json.loads(child.stdout.strip().splitlines()[-1]) == here
