@@ -167,8 +167,9 @@ class VMemChatEngine(BaseChatEngine):
         """The exchange becomes a round of the memory (with the user's image), stamped when it ended.
         Returns the user's turn for the chat history as the round tells it, each picture as
         ``[Image <id>] caption``: an image-only turn is not an empty message, and history and memory
-        name a picture alike."""
-        [stored] = self.index.add_round_inputs([replace(pending, assistant=answer, timestamp=today())])
+        name a picture alike. Every turn happened, so one alike an earlier one of the day (its
+        timestamp is a date) is stored too, not taken for that one added again."""
+        [stored] = self.index.add_round_inputs([replace(pending, assistant=answer, timestamp=today())], dedupe=False)
         named = [replace(img, image_id=image_id) for img, image_id in zip(pending.images, stored.metadata[schema.IMAGE_IDS])]
         spans = round_spans(replace(pending, images=named), stored.metadata[schema.ROUND_KEY])  # ids as stored
         return ChatMessage(role=MessageRole.USER,

@@ -38,9 +38,10 @@ from .encoders import Bm25Encoder, encoder_id
 from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
 from .lifecycle import Selection, StoredRound
-from .node_parser import (ParsedRound, RoundInput, RoundNodeParser, Transcriber, check_text, checked_round, default_round_key,
-                          last_default_number, round_input_from_dict, stored_image_identity, with_distinct_image_ids)
-from .store import Collection, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
+from .node_parser import (ParsedRound, Renamed, RoundInput, RoundNodeParser, Transcriber, check_text, checked_round, content_hash,
+                          default_round_key, last_default_number, refuse_repeated_keys, round_input_from_dict,
+                          stored_image_identity, with_distinct_image_ids)
+from .store import Collection, Hit, LaneDims, LaneStore, PointData, Scope, ServerLaneStore, open_edge_store
 from .times import TimeLike
 
 if TYPE_CHECKING:
@@ -293,26 +294,39 @@ class VMemIndex:
         timestamp: Optional[Union[str, date]] = None,
         round_key: Optional[str] = None,
         audio: Optional[Sequence[str]] = None,
+        *,
+        dedupe: bool = True,
     ) -> TextNode:
-        """Append one round; returns its round node."""
+        """Append one round; returns its round node (the stored one, where it was stored already)."""
         data = {"user": user, "assistant": assistant, "images": images, "audio": audio,
                 "session_id": session_id, "timestamp": timestamp, "round_key": round_key}
-        return self.add_rounds([data])[0]
+        return self.add_rounds([data], dedupe=dedupe)[0]
 
-    def add_rounds(self, rounds: Sequence[Mapping[str, Any]]) -> List[TextNode]:
-        """Append round dicts ``{user, assistant, images, audio, session_id, timestamp, round_key}``."""
+    def add_rounds(self, rounds: Sequence[Mapping[str, Any]], *, dedupe: bool = True) -> List[TextNode]:
+        """Append round dicts ``{user, assistant, images, audio, session_id, timestamp, round_key}``;
+        returns a round node for each, in order.
+
+        As LlamaIndex's ingestion pipeline skips a document it has already stored, a round whose
+        exchange this memory already holds is not stored again: the same text, audio transcripts,
+        pictures (the same pixels, ids, captions), session and timestamp, and the same key where one
+        is given. Its stored round is returned in its place, and an INFO log says so; so running a
+        script again stores nothing twice. A key stored with other content is refused, as ever.
+        ``dedupe=False`` stores every round given (an exchange that really happened again, with no
+        timestamp to tell it apart)."""
         if isinstance(rounds, Mapping) or not isinstance(rounds, Sequence):
             raise VMemInputError("rounds", f"must be a list of round dicts, got {type(rounds).__name__}")
         if not rounds:
             raise VMemInputError("rounds", "conversation is empty")
         inputs = [round_input_from_dict(f"round {i}", r) for i, r in enumerate(rounds)]
-        return self._commit(inputs)
+        return self._commit(inputs, dedupe)
 
     def add_messages(
-        self, messages: Sequence[ChatMessage], session_id: Optional[str] = None, timestamp: Optional[Union[str, date]] = None
+        self, messages: Sequence[ChatMessage], session_id: Optional[str] = None, timestamp: Optional[Union[str, date]] = None,
+        *, dedupe: bool = True,
     ) -> List[TextNode]:
-        """Append a chat transcript: each user message and the assistant reply after it is a round."""
-        return self.add_round_inputs(self.rounds_from_messages(messages, session_id=session_id, timestamp=timestamp))
+        """Append a chat transcript: each user message and the assistant reply after it is a round
+        (an exchange already stored is not stored again, as in ``add_rounds``)."""
+        return self.add_round_inputs(self.rounds_from_messages(messages, session_id=session_id, timestamp=timestamp), dedupe=dedupe)
 
     def rounds_from_messages(
         self, messages: Sequence[ChatMessage], session_id: Optional[str] = None, timestamp: Optional[Union[str, date]] = None
@@ -323,47 +337,41 @@ class VMemIndex:
         check_text(rounds)
         return rounds
 
-    def add_round_inputs(self, rounds: Sequence[RoundInput]) -> List[TextNode]:
-        """Append rounds made by ``rounds_from_messages``, or built by hand (checked as round dicts are)."""
+    def add_round_inputs(self, rounds: Sequence[RoundInput], *, dedupe: bool = True) -> List[TextNode]:
+        """Append rounds made by ``rounds_from_messages``, or built by hand (checked as round dicts
+        are; an exchange already stored is not stored again, as in ``add_rounds``)."""
         if not isinstance(rounds, Sequence) or not rounds or not all(isinstance(r, RoundInput) for r in rounds):
             raise VMemInputError("rounds", f"must be a non-empty list of RoundInput, got {rounds!r:.200}")
-        return self._commit([checked_round(r.item(i), r) for i, r in enumerate(rounds)])
+        return self._commit([checked_round(r.item(i), r) for i, r in enumerate(rounds)], dedupe)
 
     async def aadd_round(self, *args: Any, **kwargs: Any) -> TextNode:
         return await asyncio.to_thread(lambda: self.add_round(*args, **kwargs))
 
-    async def aadd_rounds(self, rounds: Sequence[Mapping[str, Any]]) -> List[TextNode]:
-        return await asyncio.to_thread(self.add_rounds, rounds)
+    async def aadd_rounds(self, rounds: Sequence[Mapping[str, Any]], *, dedupe: bool = True) -> List[TextNode]:
+        return await asyncio.to_thread(lambda: self.add_rounds(rounds, dedupe=dedupe))
 
     async def aadd_messages(self, messages: Sequence[ChatMessage], **kwargs: Any) -> List[TextNode]:
         return await asyncio.to_thread(lambda: self.add_messages(messages, **kwargs))
 
-    def _commit(self, inputs: List[RoundInput]) -> List[TextNode]:
+    def _commit(self, inputs: List[RoundInput], dedupe: bool) -> List[TextNode]:
+        """Store ``inputs``; returns a round node for each, in order. With ``dedupe``, an exchange
+        already stored (``_already_stored``) is not stored again: its stored round stands for it."""
         check_text(inputs)
+        refuse_repeated_keys([r.round_key for r in inputs if r.round_key is not None])  # else a repeat could pass as stored
         # fetched and decoded outside the lock: a slow URL holds up no other writer of this memory
         inputs = [self._parser.load_images(r, r.item(i), r.round_key) for i, r in enumerate(inputs)]
+        hashes = [content_hash(r) for r in inputs]
         with _write_lock(self.store, self.memory_id):
             last = self._last_seq()
             self._sweep_unfinished(last)
-            keyed, renamed = with_distinct_image_ids(self._with_default_keys(inputs, first_seq=last + 1), self._stored_images)
-            parsed = self._parser.parse_rounds(keyed, first_seq=last + 1)
-            self._reject_existing(parsed)
-            text_points, image_points = self._encode(parsed)
-            self._link_to_stored(parsed)
-            round_points = [PointData(p.round_node.node_id, _round_payload(p)) for p in parsed]
-            written: List[Path] = []
-            try:  # pictures after the units that record them: the sweep finds a killed add's files through its units
-                self.store.upsert(Collection.TEXT, text_points)
-                self.store.upsert(Collection.IMAGE, image_points)
-                image_io.save_each((loaded for p in parsed for loaded in p.pending_images.values()), self.image_dir, written)
-                self.store.upsert(Collection.ROUNDS, round_points)
-            except BaseException:
-                self._rollback([p.round_node.node_id for p in parsed], written)
-                raise
-            known = _highest_defaults(self.store, self.memory_id)
-            for p in parsed:
-                if p.session_id in known:
-                    known[p.session_id] = max(known[p.session_id], last_default_number(p.session_id, [p.round_key]))
+            stored = self._already_stored(inputs, hashes) if dedupe else {}
+            self._mend_pictures(inputs[i] for i in stored)
+            fresh = [i for i in range(len(inputs)) if i not in stored]
+            parsed, renamed = self._write([inputs[i] for i in fresh], [hashes[i] for i in fresh], last) if fresh else ([], [])
+        if stored:
+            again = [stored[i].metadata[schema.ROUND_KEY] for i in sorted(stored)]
+            logger.info("memory %s: %d round(s) already stored, not stored again: %s%s", self.memory_id, len(again),
+                        ", ".join(again[:5]), ", ..." if len(again) > 5 else "")
         stamps = [p.round_node.metadata for p in parsed]  # read once, by the parser, into the stored time
         unreadable = sorted({m[schema.TIMESTAMP] for m in stamps if m[schema.TIMESTAMP] and m[schema.TIME] == times.NO_TIME})
         if unreadable:  # stored and shown as given, but a time range can never select these rounds
@@ -373,8 +381,66 @@ class VMemIndex:
         for r in renamed:
             logger.warning("%s image %s: another picture has this id (in this memory or earlier in this call); stored as %r",
                            r.item, r.given, r.stored)
-        logger.info("memory %s: added %d rounds", self.memory_id, len(parsed))
-        return [p.round_node for p in parsed]
+        if parsed:
+            logger.info("memory %s: added %d rounds", self.memory_id, len(parsed))
+        made = dict(zip(fresh, (p.round_node for p in parsed)))
+        return [stored[i] if i in stored else made[i] for i in range(len(inputs))]
+
+    def _write(self, inputs: List[RoundInput], hashes: List[str], last: int) -> Tuple[List[ParsedRound], List[Renamed]]:
+        """Key, parse, encode and write new rounds after the round ``last`` (under the write lock),
+        whole or not at all; returns them and the images whose ids moved on."""
+        keyed, renamed = with_distinct_image_ids(self._with_default_keys(inputs, first_seq=last + 1), self._stored_images)
+        parsed = self._parser.parse_rounds(keyed, first_seq=last + 1)
+        self._reject_existing(parsed)
+        for p, digest in zip(parsed, hashes, strict=True):
+            p.round_node.metadata[schema.CONTENT_HASH] = digest
+        text_points, image_points = self._encode(parsed)
+        self._link_to_stored(parsed)
+        round_points = [PointData(p.round_node.node_id, _round_payload(p)) for p in parsed]
+        written: List[Path] = []
+        try:  # pictures after the units that record them: the sweep finds a killed add's files through its units
+            self.store.upsert(Collection.TEXT, text_points)
+            self.store.upsert(Collection.IMAGE, image_points)
+            image_io.save_each((loaded for p in parsed for loaded in p.pending_images.values()), self.image_dir, written)
+            self.store.upsert(Collection.ROUNDS, round_points)
+        except BaseException:
+            self._rollback([p.round_node.node_id for p in parsed], written)
+            raise
+        known = _highest_defaults(self.store, self.memory_id)
+        for p in parsed:
+            if p.session_id in known:
+                known[p.session_id] = max(known[p.session_id], last_default_number(p.session_id, [p.round_key]))
+        return parsed, renamed
+
+    def _already_stored(self, inputs: List[RoundInput], hashes: List[str]) -> Dict[int, TextNode]:
+        """The stored round each input repeats, by its place in ``inputs``: one filtered lookup.
+
+        A round given a key repeats the stored round of that key where their content is the same (a
+        stored key with other content is refused later, as before). A round without one repeats a
+        stored round of the same content: the n-th such input of the call the n-th such round in
+        conversation order, so a transcript that holds one exchange twice is stored twice, and
+        added again matches round for round. Rounds stored before content hashes existed are never
+        matched."""
+        hits = self.store.scroll(Collection.ROUNDS, self.scope(content_hashes=tuple(dict.fromkeys(hashes))))
+        unclaimed: Dict[str, List[Hit]] = {}
+        for hit in hits:
+            unclaimed.setdefault(hit.payload[schema.CONTENT_HASH], []).append(hit)
+        found: Dict[int, Hit] = {}
+        keyed = [i for i, r in enumerate(inputs) if r.round_key is not None]
+        for i in keyed + [i for i, r in enumerate(inputs) if r.round_key is None]:  # a keyed round claims its own first
+            same = [h for h in unclaimed.get(hashes[i], []) if inputs[i].round_key in (None, h.payload[schema.ROUND_KEY])]
+            if same:
+                found[i] = same[0]
+                unclaimed[hashes[i]].remove(same[0])
+        return {i: schema.round_from_payload(h.id, h.payload) for i, h in found.items()}
+
+    def _mend_pictures(self, rounds: Iterable[RoundInput]) -> None:
+        """Write again the pictures of rounds added again whose files were damaged or lost since:
+        adding a picture again mends it (``images.save``), a round already stored too."""
+        for r in rounds:
+            for img in r.images:
+                if img.checked is not None:
+                    image_io.save(img.checked, self.image_dir)
 
     def _link_to_stored(self, parsed: List[ParsedRound]) -> None:
         """Link each session's first new round to that session's last stored round.

@@ -142,8 +142,9 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
         uuid that would make every round and image id unreadable. Text V-Mem refuses (over
         ``MAX_TEXT_CHARS``, a lone surrogate) is stored cut or mended, with its pictures and voice
         notes; an exchange still refused (a corrupt image, audio without a transcript) is stored as
-        its text; one without any text is dropped with a warning."""
-        stamp = {"session_id": self.session_id, "timestamp": today()}
+        its text; one without any text is dropped with a warning. Every flushed exchange happened, so
+        one alike an earlier one of the day (its timestamp is a date) is stored too (``dedupe=False``)."""
+        stamp = {"session_id": self.session_id, "timestamp": today(), "dedupe": False}
         try:
             self.index.add_messages(exchange, **stamp)
             return

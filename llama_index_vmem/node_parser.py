@@ -10,8 +10,11 @@ the index writes their bytes when it commits the round.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import itertools
+import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
@@ -232,6 +235,23 @@ def check_text(rounds: Sequence[RoundInput]) -> None:
                 raise VMemInputError(item, f"'{name}' is not valid UTF-8 text (it holds a lone surrogate)")
 
 
+def refuse_repeated_keys(keys: Sequence[str]) -> None:
+    """A key names one round: a call giving it to two is refused, naming it."""
+    duplicates = [k for k, n in Counter(keys).items() if n > 1]
+    if duplicates:
+        raise VMemInputError(f"round {min(duplicates)}", "duplicate round key in this call")
+
+
+def content_hash(r: RoundInput) -> str:
+    """What makes an exchange the same one added again: its text, audio transcripts, pictures (by
+    their pixels' bytes, so a path, bytes or URL of one picture are alike, with their ids, captions
+    and roles as given), session and timestamp; not its key, which ``VMemIndex`` compares apart.
+    ``r``'s images must be loaded (``RoundNodeParser.load_images``)."""
+    pictures = [[img.image_id, image_identity(img), img.caption, img.role] for img in r.images]
+    content = [r.user, r.assistant, r.audio_transcripts, pictures, r.session_id, r.timestamp]
+    return hashlib.sha256(json.dumps(content, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
 #: The number of a default key (``D2:17``): ASCII digits, as many as an int holds without a fuss.
 _DEFAULT_NUMBER = re.compile(r"[0-9]{1,18}")
 
@@ -285,10 +305,7 @@ class RoundNodeParser(NodeParser):
     def parse_rounds(self, rounds: Sequence[RoundInput], first_seq: int = 1) -> List[ParsedRound]:
         """Parse rounds numbered from ``first_seq``; each round links to the one before it in its session."""
         parsed = [self._parse_round(r, first_seq + i) for i, r in enumerate(rounds)]
-        keys = [p.round_key for p in parsed]
-        duplicates = {k for k in keys if keys.count(k) > 1}
-        if duplicates:
-            raise VMemInputError(f"round {sorted(duplicates)[0]}", "duplicate round key in this call")
+        refuse_repeated_keys([p.round_key for p in parsed])
         last: Dict[Optional[str], ParsedRound] = {}
         for nxt in parsed:
             prev = last.get(nxt.session_id)

@@ -48,9 +48,12 @@ HAS_PIXELS = "has_pixels"
 IMAGE_IDS = "image_ids"
 UNIT_IDS = "unit_ids"
 PREV_ROUND_ID = "prev_round_id"
+#: A hash of the exchange as it was given (``node_parser.content_hash``), which finds a round added
+#: again; rounds stored before it existed have none, and are never taken for one added again.
+CONTENT_HASH = "content_hash"
 
 #: Keys that get a payload index in every collection (tenant key first).
-INDEXED_KEYWORDS = (MEMORY_ID, ROUND_ID, SESSION_ID, PREV_ROUND_ID, IMAGE_ID)
+INDEXED_KEYWORDS = (MEMORY_ID, ROUND_ID, SESSION_ID, PREV_ROUND_ID, IMAGE_ID, CONTENT_HASH)
 INDEXED_INTEGERS = (SEQ, TIME)
 
 # Named vectors.
@@ -85,6 +88,12 @@ def round_id(memory_id: str, round_key: str) -> str:
 
 def unit_id(memory_id: str, round_key: str, index: int) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"{memory_id}\x00{round_key}\x00{index}"))
+
+
+def delivered_id(memory_id: str, position: int, content: str) -> str:
+    """Id of a node the delivery stage makes: its place in the delivery and what it holds, so the
+    same retrieval delivers the same ids in any process (a source can be cited across turns)."""
+    return str(uuid.uuid5(_NAMESPACE, f"{memory_id}\x00delivered\x00{position}\x00{content}"))
 
 
 def node_to_payload(node: TextNode) -> Dict[str, Any]:

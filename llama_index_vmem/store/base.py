@@ -43,6 +43,8 @@ class Scope:
     prev_round_ids: Optional[Tuple[str, ...]] = None
     #: Image units with one of these ids.
     image_ids: Optional[Tuple[str, ...]] = None
+    #: Rounds with one of these content hashes (``schema.CONTENT_HASH``): an exchange added again.
+    content_hashes: Optional[Tuple[str, ...]] = None
     #: Points whose stored time (``schema.TIME``, microseconds; ``times.micros_range``) is in ``since <= t < until``.
     time_range: Optional[Tuple[int, int]] = None
     #: Only points without this key (or with it null): what a version before the key wrote.
@@ -55,7 +57,8 @@ class Scope:
     @property
     def is_empty(self) -> bool:
         """An explicit empty id list matches nothing (and must not mean 'no filter')."""
-        return any(ids is not None and not ids for ids in (self.round_ids, self.session_ids, self.prev_round_ids, self.image_ids))
+        lists = (self.round_ids, self.session_ids, self.prev_round_ids, self.image_ids, self.content_hashes)
+        return any(ids is not None and not ids for ids in lists)
 
 
 #: The most points one store call may ask for: Qdrant's gRPC API takes a limit as an unsigned 32-bit number.
@@ -90,6 +93,8 @@ def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
         out.append((schema.PREV_ROUND_ID, "any", list(scope.prev_round_ids)))
     if scope.image_ids is not None:
         out.append((schema.IMAGE_ID, "any", list(scope.image_ids)))
+    if scope.content_hashes is not None:
+        out.append((schema.CONTENT_HASH, "any", list(scope.content_hashes)))
     if scope.time_range is not None:
         since, until = scope.time_range
         out.append((schema.TIME, "range", (since, until - 1)))
