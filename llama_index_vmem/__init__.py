@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time each name is import
     from .postprocessor import NeighborRoundPostprocessor
     from .query_engine import VMemQueryEngine
     from .retriever import VMemRetriever
+    from .round_memory import RoundMemory
     from .router import Case, KeywordRules, ModalityRouter, RoutePlan
     from .schema import VMemQueryBundle
 
@@ -31,6 +32,7 @@ _EXPORTS = {
     "KeywordRules": "router",
     "ModalityRouter": "router",
     "NeighborRoundPostprocessor": "postprocessor",
+    "RoundMemory": "round_memory",
     "RoundNodeParser": "node_parser",
     "RoutePlan": "router",
     "SiglipImageEncoder": "encoders",
@@ -53,6 +55,7 @@ __all__ = [
     "KeywordRules",
     "ModalityRouter",
     "NeighborRoundPostprocessor",
+    "RoundMemory",
     "RoundNodeParser",
     "RoutePlan",
     "SiglipImageEncoder",

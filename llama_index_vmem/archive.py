@@ -31,7 +31,7 @@ from .store import Collection, LaneDims, PointData
 from .store.base import MAX_SEQ
 
 if TYPE_CHECKING:
-    from .index import VMemIndex
+    from .round_memory import RoundMemory
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def archive_path(path: Union[str, os.PathLike]) -> Path:
     return Path(text)
 
 
-def export_memory(index: "VMemIndex", path: Union[str, os.PathLike]) -> Path:
+def export_memory(index: "RoundMemory", path: Union[str, os.PathLike]) -> Path:
     """Write every point of ``index``'s memory and its saved images to a zip at ``path``."""
     path = archive_path(path)
     if path.is_dir():
@@ -101,7 +101,7 @@ def _write_zip(path: Path, sources: Dict[str, Path], document: Dict[str, Any]) -
         archive.writestr(MEMORY_JSON, json.dumps(document))
 
 
-def _image_files(index: "VMemIndex", points: List[PointData]) -> Dict[str, Path]:
+def _image_files(index: "RoundMemory", points: List[PointData]) -> Dict[str, Path]:
     """Each saved image file of ``points`` once, by archive name. Checked before anything is
     written: an import requires every image a point names, so an archive missing one is refused."""
     files: Dict[str, Path] = {}
@@ -199,7 +199,7 @@ def check_encoders(archive: Archive, manifest: Dict[str, Any]) -> None:
                                                         "pass those it was made with")
 
 
-def import_memory(index: "VMemIndex", archive: Archive) -> int:
+def import_memory(index: "RoundMemory", archive: Archive) -> int:
     """Load ``archive`` into ``index``'s memory, which must be empty and use the archive's encoders
     (``check_encoders``); returns the rounds loaded."""
     if len(index):
@@ -233,7 +233,7 @@ def import_memory(index: "VMemIndex", archive: Archive) -> int:
 class _Rehome:
     """Rewrites archived points for the importing memory: ids, links, memory id, image paths."""
 
-    def __init__(self, index: "VMemIndex", archive: Archive, points: List[PointData]) -> None:
+    def __init__(self, index: "RoundMemory", archive: Archive, points: List[PointData]) -> None:
         self.index = index
         self.archive = archive
         self.ids: Dict[str, str] = {}

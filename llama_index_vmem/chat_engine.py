@@ -19,7 +19,7 @@ import logging
 import os
 from dataclasses import replace
 from itertools import takewhile
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from llama_index.core.callbacks import trace_method
 from llama_index.core.base.llms.types import (
@@ -35,7 +35,6 @@ from llama_index.core.chat_engine.types import (
     StreamingAgentChatResponse,
 )
 from llama_index.core.llms import LLM
-from llama_index.core.llms.utils import LLMType
 from llama_index.core.memory import BaseMemory, Memory
 from llama_index.core.types import Thread
 
@@ -43,12 +42,11 @@ from . import images as image_io
 from . import schema
 from .delivery import content_tokens, messages_tokens
 from .errors import VMemInputError
-from .filters import read_filters
-from .index import VMemIndex
 from .memory_block import VMemMemoryBlock
 from .messages import query_from_message, today
 from .node_parser import INSTRUCTION_ROLES, RoundInput, round_spans
 from .query_engine import REPLY_TOKENS, AnswerRequest, VMemQueryEngine
+from .round_memory import RoundMemory
 from .times import read_time
 
 logger = logging.getLogger(__name__)
@@ -66,7 +64,7 @@ class VMemChatEngine(BaseChatEngine):
 
     def __init__(
         self,
-        index: VMemIndex,
+        index: RoundMemory,
         query_engine: VMemQueryEngine,
         memory: BaseMemory,
         system_prompt: str | None = None,
@@ -88,20 +86,18 @@ class VMemChatEngine(BaseChatEngine):
     @classmethod
     def from_defaults(
         cls,
-        index: VMemIndex,
-        llm: LLMType | None = None,
+        index: RoundMemory,
+        query_engine: VMemQueryEngine,
         memory: BaseMemory | None = None,
         chat_history: list[ChatMessage] | None = None,
         system_prompt: str | None = None,
         session_id: str | None = None,
-        **query_engine_kwargs: Any,
     ) -> VMemChatEngine:
-        """``query_engine_kwargs`` go to ``index.as_query_engine`` (``delivery``, ``image_budget``, ``k``, ...).
-        Exchanges are stored under ``session_id``; without one, under the session ``filters`` reads,
-        so a chat kept to a session recalls what was said in it (one kept to several must say which)."""
-        if "streaming" in query_engine_kwargs:  # the query engine's option would be taken and do nothing here
-            raise TypeError("a chat engine streams through stream_chat() and astream_chat(); it takes no streaming=")
-        kept = read_filters(query_engine_kwargs.get("filters"))
+        """A chat answering with ``query_engine`` (``index.as_query_engine(...)``) over ``index``.
+        Exchanges are stored under ``session_id``; without one, under the session its retriever's
+        ``filters`` keep it to, so a chat kept to a session recalls what was said in it (one kept
+        to several must say which)."""
+        kept = query_engine.retriever.filter
         sessions = kept.session_ids
         if sessions is not None and session_id is None:
             if len(sessions) > 1:
@@ -113,7 +109,6 @@ class VMemChatEngine(BaseChatEngine):
         stamp = today()
         if not kept.keeps_time(read_time(stamp)):
             logger.warning("chat exchanges are stamped %s, which the time filters leave out: this chat will not recall them", stamp)
-        query_engine = index.as_query_engine(llm=llm, **query_engine_kwargs)
         window = query_engine.llm.metadata.context_window
         if window <= REPLY_TOKENS:
             raise VMemInputError("llm", f"has a {window}-token window: a chat needs more than the {REPLY_TOKENS} "
@@ -356,5 +351,5 @@ def _fetched(user: ChatMessage, pending: RoundInput) -> ChatMessage:
     return user.model_copy(update={"blocks": blocks})
 
 
-def _same_memory(a: VMemIndex, b: VMemIndex) -> bool:
+def _same_memory(a: RoundMemory, b: RoundMemory) -> bool:
     return (a.store.identity, a.memory_id) == (b.store.identity, b.memory_id)

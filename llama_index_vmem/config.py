@@ -17,7 +17,7 @@ _LEAST: Dict[str, int] = {"candidate_pool": 1}
 class VMemConfig:
     """Every retrieval knob, with the paper's values as defaults.
 
-    Pass one to ``VMemIndex.from_defaults(config=...)`` or override single fields per query with
+    Pass one to ``from_defaults(config=...)`` or override single fields per query with
     ``index.as_retriever(k=5)``; unknown names raise instead of being ignored.
     """
 

@@ -40,7 +40,7 @@ from .postprocessor import BLOCK_ROUND_IDS, NeighborRoundPostprocessor, is_own, 
 from .retriever import EXPLAIN_KEY
 
 if TYPE_CHECKING:
-    from .index import VMemIndex
+    from .round_memory import RoundMemory
 
 logger = logging.getLogger(__name__)
 
@@ -291,7 +291,7 @@ def _stamp(image_size: Tuple[int, int], label: str) -> tuple:
 class Deliverer:
     """Turns postprocessed blocks into the content blocks one answer call sends."""
 
-    def __init__(self, index: "VMemIndex", mode: DeliveryMode = DeliveryMode.TEXT, budget: Optional[ImageBudget] = None,
+    def __init__(self, index: "RoundMemory", mode: DeliveryMode = DeliveryMode.TEXT, budget: Optional[ImageBudget] = None,
                  cache_dir: Optional[Path] = None) -> None:
         self.index = index
         if budget is not None and not isinstance(budget, ImageBudget):
@@ -424,7 +424,7 @@ class DeliveryPostprocessor(BaseNodePostprocessor):
     _blocks: NeighborRoundPostprocessor = PrivateAttr()
     _deliverer: Deliverer = PrivateAttr()
 
-    def __init__(self, index: "VMemIndex", mode: DeliveryMode = DeliveryMode.PIXELS,
+    def __init__(self, index: "RoundMemory", mode: DeliveryMode = DeliveryMode.PIXELS,
                  budget: Optional[ImageBudget] = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._blocks = NeighborRoundPostprocessor(index)

@@ -31,7 +31,7 @@ from .store.base import MAX_LIMIT
 from .times import TimeLike, as_time, micros_range
 
 if TYPE_CHECKING:
-    from .index import VMemIndex
+    from .round_memory import RoundMemory
     from .store import LaneStore
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class Selection:
         return self.round_keys is None and self.session_id is None and self.since is None and self.until is None
 
 
-def select(index: "VMemIndex", selection: Selection) -> List[Hit]:
+def select(index: "RoundMemory", selection: Selection) -> List[Hit]:
     """The round records ``selection`` picks, in conversation order.
 
     A time range ``since <= seen < until`` compares each round's own timestamp (any format
@@ -76,7 +76,7 @@ def select(index: "VMemIndex", selection: Selection) -> List[Hit]:
     return index.store.scroll(Collection.ROUNDS, _scope(index, selection))
 
 
-def _scope(index: "VMemIndex", selection: Selection) -> Scope:
+def _scope(index: "RoundMemory", selection: Selection) -> Scope:
     """The store filter for ``selection``: its rounds by id, session and time (each round's stored ``schema.TIME``)."""
     keys = _check_keys(selection.round_keys)
     ids = tuple(schema.round_id(index.memory_id, k) for k in keys) if keys is not None else None
@@ -86,7 +86,7 @@ def _scope(index: "VMemIndex", selection: Selection) -> Scope:
                        time_range=micros_range(since, until))
 
 
-def list_rounds(index: "VMemIndex", selection: Selection, offset: int, limit: int) -> List[StoredRound]:
+def list_rounds(index: "RoundMemory", selection: Selection, offset: int, limit: int) -> List[StoredRound]:
     """One page of the selected rounds, each with its units. The store walks its ``seq`` index to the
     page, reading only the ids of the rounds before it: a page does not read and sort every round of
     the selection."""
@@ -104,7 +104,7 @@ def list_rounds(index: "VMemIndex", selection: Selection, offset: int, limit: in
             for h in page]
 
 
-def forget(index: "VMemIndex", selection: Selection) -> int:
+def forget(index: "RoundMemory", selection: Selection) -> int:
     """Remove the selected rounds from every lane, the round store and the image folder.
 
     Returns how many rounds were removed. Rounds after a removed run are relinked to the round
@@ -170,7 +170,7 @@ def _put_back(moved: List[Path], trash: Path) -> None:
             logger.warning("not put back after a failed forget: %s (%s)", path, exc)
 
 
-def sweep_trash(index: "VMemIndex") -> None:
+def sweep_trash(index: "RoundMemory") -> None:
     """Finish what a killed ``forget`` began: the files it had moved aside go, and so do the rounds
     its journal names. Run by the next forget, and on opening a memory of a store no other process
     reaches (the caller holds the memory's write lock)."""
@@ -198,7 +198,7 @@ def _restore(store: "LaneStore", snapshot: Dict[Collection, List[PointData]], re
     store.upsert(Collection.ROUNDS, [old for old, _ in relinked])
 
 
-def _relinks(index: "VMemIndex", removed: List[PointData]) -> List["Relink"]:
+def _relinks(index: "RoundMemory", removed: List[PointData]) -> List["Relink"]:
     """``(old, new)`` records of the kept rounds whose previous round is being removed."""
     prev_of = {p.id: p.payload.get(schema.PREV_ROUND_ID) for p in removed}
     followers = index.store.points(Collection.ROUNDS, index.scope(prev_round_ids=tuple(prev_of)))
@@ -213,7 +213,7 @@ def _relinks(index: "VMemIndex", removed: List[PointData]) -> List["Relink"]:
     return out
 
 
-def unshared_images(index: "VMemIndex", removed: Sequence[Union[PointData, Hit]]) -> List[Path]:
+def unshared_images(index: "RoundMemory", removed: Sequence[Union[PointData, Hit]]) -> List[Path]:
     """Saved image files of the removed units that no other unit still points at, in this memory's
     image folder. Files are named by their content's hash, so names compare: one file may be
     recorded by two spellings of its path, or by the path it had before its store was moved."""
@@ -226,7 +226,7 @@ def unshared_images(index: "VMemIndex", removed: Sequence[Union[PointData, Hit]]
     return sorted(index.image_dir / name for name in names - kept)  # this memory's own files, never a copy's original
 
 
-def _own_files(index: "VMemIndex") -> List[Path]:
+def _own_files(index: "RoundMemory") -> List[Path]:
     """Every file in the memory's image folder, whether a unit records it or not: a picture saved by
     an add that was killed before its round was written is recorded by nothing that is kept."""
     return sorted(p for p in index.image_dir.iterdir() if p.is_file()) if index.image_dir.is_dir() else []

@@ -35,11 +35,11 @@ from llama_index.core.schema import NodeWithScore
 
 from .delivery import Deliverer, DeliveryMode, ImageBudget, block_groups, content_tokens, cut, join_blocks, split_blocks
 from .errors import VMemInputError
-from .index import VMemIndex
 from .messages import attached_image, message_text, query_from_message, today
 from .node_parser import ASSISTANT_ROLES, MAX_TEXT_CHARS, optional_str
 from .postprocessor import NeighborRoundPostprocessor
 from .retriever import VMemRetriever
+from .round_memory import RoundMemory
 from .schema import VMemQueryBundle, is_utf8, visible
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
     """
 
     name: str = Field(default="long_term_memory", description="The memory block's name (its tag in the prompt).")
-    index: VMemIndex = Field(exclude=True, description="The V-Mem memory rounds are stored in and recalled from.")
+    index: RoundMemory = Field(exclude=True, description="The V-Mem memory rounds are stored in and recalled from.")
     llm: LLM | None = Field(default=None, exclude=True, description="Writes anchors; default: the index's LLM.")
     delivery: DeliveryMode = Field(default=DeliveryMode.TEXT, description="text or pixels.")
     image_budget: ImageBudget | None = Field(default=None, description="Cap on delivered images (pixels).")
@@ -87,7 +87,7 @@ class VMemMemoryBlock(BaseMemoryBlock[list[ContentBlock]]):
         super().__init__(**{**data, "session_id": session_id})
 
     def model_post_init(self, context: Any, /) -> None:
-        self._retriever = self.index.as_retriever(llm=self.llm or self.index.llm)
+        self._retriever = VMemRetriever(self.index, config=self.index.config, llm=self.llm or self.index.llm)
         self._postprocessor = NeighborRoundPostprocessor(self.index)
         self._deliverer = Deliverer(self.index, self.delivery, self.image_budget)
 

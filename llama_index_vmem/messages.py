@@ -19,7 +19,7 @@ from .node_parser import block_bytes, message_extra, optional_text
 from .schema import VMemQueryBundle, visible
 
 if TYPE_CHECKING:
-    from .index import VMemIndex
+    from .round_memory import RoundMemory
 
 
 def message_text(message: ChatMessage) -> str:
@@ -31,7 +31,7 @@ def message_text(message: ChatMessage) -> str:
     return "\n".join(text for text in said if isinstance(text, str) and visible(text))
 
 
-def query_from_message(index: VMemIndex, message: ChatMessage) -> VMemQueryBundle:
+def query_from_message(index: "RoundMemory", message: ChatMessage) -> VMemQueryBundle:
     """The question a user message asks: its text, its first image and that image's caption
     (``additional_kwargs["image_captions"]``, as ``add_messages`` reads it)."""
     block = attached_image(message)
@@ -46,7 +46,7 @@ def attached_image(message: ChatMessage) -> ImageBlock | None:
     return next((b for b in message.blocks if isinstance(b, ImageBlock) and (b.path or b.url or b.image)), None)
 
 
-def _local_image(index: VMemIndex, block: ImageBlock) -> str:
+def _local_image(index: "RoundMemory", block: ImageBlock) -> str:
     """A file of the attached image: retrieval encodes it and pixel delivery stamps a copy of it.
     Bytes and URLs are validated and kept once by content hash beside the memory's images."""
     if block.path is not None:
@@ -55,7 +55,7 @@ def _local_image(index: VMemIndex, block: ImageBlock) -> str:
     return keep_attachment(index, "attached image", data=data, url=None if data is not None else str(block.url))
 
 
-def local_query(index: VMemIndex, query: QueryBundle) -> QueryBundle:
+def local_query(index: "RoundMemory", query: QueryBundle) -> QueryBundle:
     """The query with its image as a local file, so delivery can stamp what retrieval encoded: a URL
     (``data:`` included) is kept like a chat attachment; a local path is left as given."""
     if not query.image_path or not image_io.is_url(query.image_path):
@@ -63,7 +63,7 @@ def local_query(index: VMemIndex, query: QueryBundle) -> QueryBundle:
     return dataclasses.replace(query, image_path=keep_attachment(index, "query image", url=query.image_path))
 
 
-def keep_attachment(index: VMemIndex, item: str, *, data: Optional[bytes] = None, url: Optional[str] = None) -> str:
+def keep_attachment(index: "RoundMemory", item: str, *, data: Optional[bytes] = None, url: Optional[str] = None) -> str:
     """Attached bytes or a URL's image, read within the memory's image fence and size limits,
     validated (bad input is a ``VMemInputError`` naming ``item``) and kept once by content hash
     beside the memory's images, where ``forget`` clears it."""

@@ -18,12 +18,12 @@ from . import schema
 from .store.base import Collection
 
 if TYPE_CHECKING:
-    from .index import VMemIndex
+    from .round_memory import RoundMemory
 
 _Record = Tuple[str, Mapping[str, Any]]  # a round's id and payload
 
 
-def steps(index: "VMemIndex", rounds: Mapping[str, Mapping[str, Any]], window: int) -> Iterator[Dict[str, List[str]]]:
+def steps(index: "RoundMemory", rounds: Mapping[str, Mapping[str, Any]], window: int) -> Iterator[Dict[str, List[str]]]:
     """For d = 1 .. ``window``: the ids of each round's linked rounds d steps before and after it
     (the one before first), keyed by the id of the round walked from. ``rounds`` maps ids to the
     metadata (or payload) the caller already holds. A walk ends at its session's edge."""
@@ -37,7 +37,7 @@ def steps(index: "VMemIndex", rounds: Mapping[str, Mapping[str, Any]], window: i
         yield {o: [rec[0] for rec in (back.get(o), ahead.get(o)) if rec is not None] for o in back.keys() | ahead.keys()}
 
 
-def within(index: "VMemIndex", rounds: Mapping[str, Mapping[str, Any]], window: int) -> Set[str]:
+def within(index: "RoundMemory", rounds: Mapping[str, Mapping[str, Any]], window: int) -> Set[str]:
     """The ids of these rounds and of every round up to ``window`` links either side of one of them."""
     found = set(rounds)
     for layer in steps(index, rounds, window):
@@ -45,7 +45,7 @@ def within(index: "VMemIndex", rounds: Mapping[str, Mapping[str, Any]], window: 
     return found
 
 
-def round_payloads(index: "VMemIndex", round_ids: Iterable[str]) -> Dict[str, Mapping[str, Any]]:
+def round_payloads(index: "RoundMemory", round_ids: Iterable[str]) -> Dict[str, Mapping[str, Any]]:
     """The stored payloads of these rounds of the memory, by id: where a walk starts when the
     caller holds only ids."""
     return _payloads(index, round_ids=tuple(round_ids))
@@ -66,18 +66,18 @@ def same_session(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return a.get(schema.SESSION_ID) == b.get(schema.SESSION_ID)
 
 
-def _step_back(index: "VMemIndex", frontier: Dict[str, _Record]) -> Dict[str, _Record]:
+def _step_back(index: "RoundMemory", frontier: Dict[str, _Record]) -> Dict[str, _Record]:
     """Each walk's round one link earlier, where that round is in the same session."""
     earlier = {o: prev_id(p) for o, (_, p) in frontier.items() if prev_id(p)}
     found = _payloads(index, round_ids=tuple(set(earlier.values())))
     return {o: (rid, found[rid]) for o, rid in earlier.items() if rid in found and same_session(found[rid], frontier[o][1])}
 
 
-def _step_ahead(index: "VMemIndex", frontier: Dict[str, _Record]) -> Dict[str, _Record]:
+def _step_ahead(index: "RoundMemory", frontier: Dict[str, _Record]) -> Dict[str, _Record]:
     """Each walk's round one link later (the round linking back to it), where that is in the same session."""
     later = {prev_id(p): (rid, p) for rid, p in _payloads(index, prev_round_ids=tuple(rid for rid, _ in frontier.values())).items()}
     return {o: later[rid] for o, (rid, p) in frontier.items() if rid in later and same_session(later[rid][1], p)}
 
 
-def _payloads(index: "VMemIndex", **narrowing: Any) -> Dict[str, Mapping[str, Any]]:
+def _payloads(index: "RoundMemory", **narrowing: Any) -> Dict[str, Mapping[str, Any]]:
     return {h.id: h.payload for h in index.store.scroll(Collection.ROUNDS, index.scope(**narrowing))}

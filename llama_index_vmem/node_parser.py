@@ -245,7 +245,7 @@ def refuse_repeated_keys(keys: Sequence[str]) -> None:
 def content_hash(r: RoundInput) -> str:
     """What makes an exchange the same one added again: its text, audio transcripts, pictures (by
     their pixels' bytes, so a path, bytes or URL of one picture are alike, with their ids, captions
-    and roles as given), session and timestamp; not its key, which ``VMemIndex`` compares apart.
+    and roles as given), session and timestamp; not its key, which the memory compares apart.
     ``r``'s images must be loaded (``RoundNodeParser.load_images``)."""
     pictures = [[img.image_id, image_identity(img), img.caption, img.role] for img in r.images]
     content = [r.user, r.assistant, r.audio_transcripts, pictures, r.session_id, r.timestamp]

@@ -16,7 +16,7 @@ from . import neighbours, schema
 from .retriever import EXPLAIN_KEY
 
 if TYPE_CHECKING:
-    from .index import VMemIndex
+    from .round_memory import RoundMemory
 
 #: Block-node metadata: the round keys a block holds, and which of them were retrieved.
 BLOCK_ROUNDS = "rounds"
@@ -46,7 +46,7 @@ class NeighborRoundPostprocessor(BaseNodePostprocessor):
     window: Optional[int] = Field(default=None, description="Override the window the router chose.")
     _index: Any = PrivateAttr()
 
-    def __init__(self, index: "VMemIndex", **kwargs: Any) -> None:
+    def __init__(self, index: "RoundMemory", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._index = index
 

@@ -35,7 +35,7 @@ from .router import Anchor, ModalityRouter, RoutePlan, Signal
 from .store.base import Collection, Hit, Scope
 
 if TYPE_CHECKING:
-    from .index import VMemIndex
+    from .round_memory import RoundMemory
 
 logger = logging.getLogger(__name__)
 dispatcher = instrument.get_dispatcher(__name__)
@@ -94,11 +94,11 @@ def check_query(query: Any) -> QueryType:
 
 
 class VMemRetriever(BaseRetriever):
-    """Modality-routed retrieval over one memory of a ``VMemIndex``."""
+    """Modality-routed retrieval over one memory (a ``VMemIndex``, or any ``RoundMemory``)."""
 
     def __init__(
         self,
-        index: "VMemIndex",
+        index: "RoundMemory",
         config: Optional[VMemConfig] = None,
         router: Optional[ModalityRouter] = None,
         llm: Optional[LLMType] = None,

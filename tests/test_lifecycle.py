@@ -1120,7 +1120,7 @@ def test_a_server_open_neither_waits_for_this_process_nor_fails_on_a_point_delet
     points by id, so a round another process forgot between its read and its write failed the open."""
     import threading
 
-    from llama_index_vmem import index as index_module
+    from llama_index_vmem import round_memory as index_module
     from llama_index_vmem.store.server import ServerLaneStore
 
     monkeypatch.setattr(ServerLaneStore, "exclusive", property(lambda self: False))  # local mode, read as a server

