@@ -353,6 +353,7 @@ def test_forget_keeps_a_picture_a_kept_round_records_by_another_spelling(open_me
     assert Path(kept.image_path).is_file()
 
 
+@pytest.mark.slow
 def test_export_then_import_answers_identically_on_another_backend(open_memory, photos, tmp_path, minilm, tiny_siglip):
     from qdrant_client import QdrantClient
 

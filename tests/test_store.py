@@ -245,6 +245,7 @@ else:
 """
 
 
+@pytest.mark.slow
 def test_an_embedded_store_another_process_holds_is_refused_in_words_and_opens_once_let_go(tmp_path, minilm, tiny_siglip):
     """Qdrant Edge locks a store to the process that opened it; the other process is told so, not
     shown the lock's ``WouldBlock``, and the holder's memory is untouched."""
