@@ -272,7 +272,7 @@ def test_a_closed_memory_leaves_nothing_behind_for_a_later_store_to_inherit(tmp_
     """Per-memory locks and default numbers go with a memory's last handle: a process serving many
     users does not keep them all, and a store that comes to share a closed one's identity (an
     embedded store's is its ``id()``, which Python reuses) starts its keys afresh."""
-    from llama_index_vmem import index as index_module
+    from llama_index_vmem import round_memory as index_module
     from llama_index_vmem.store.edge import EdgeLaneStore
 
     monkeypatch.setattr(EdgeLaneStore, "identity", property(lambda self: "one identity"))  # as a reused id() would
@@ -380,7 +380,7 @@ def test_a_memory_closed_while_another_handle_opens_keeps_the_lock_that_open_hol
     round before that add) would delete the round's units."""
     import threading
 
-    from llama_index_vmem import index as index_module
+    from llama_index_vmem import round_memory as index_module
 
     def open_():
         return VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip)
