@@ -28,6 +28,9 @@ class Fused:
     best_units: Dict[str, Hit] = field(default_factory=dict)
     #: The candidate round just before this one whose score this one carries (``carry_forward``).
     follows: Optional[str] = None
+    #: Every unit of this round that some signal's candidate pool held (unit id -> its role and image id),
+    #: best first: which parts of the round matched, for callers that score or show finer than rounds.
+    pool_units: Dict[str, Dict[str, Optional[str]]] = field(default_factory=dict)
 
     @property
     def round_id(self) -> str:

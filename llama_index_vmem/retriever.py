@@ -32,7 +32,7 @@ from .fusion import Fused, carry_forward, rank_rounds, round_of, rrf, unit_of, u
 from .filters import read_filters
 from .models import as_llm
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
-from .store.base import Collection, Hit, Scope
+from .store.base import Collection, Hit, Scope, ranked
 
 if TYPE_CHECKING:
     from .round_memory import RoundMemory
@@ -198,8 +198,16 @@ class VMemRetriever(BaseRetriever):
         carry read them (so building the returned rounds does not read them again)."""
         pool = max(plan.config.candidate_pool, plan.k)  # a widened k (aggregation) gets enough candidates
         key = round_of if plan.round_level else unit_of
-        rankings = {s.name: rank_rounds(self._search(s, anchors[s.anchor], eligible, pool), key) for s in plan.signals}
+        found = {s.name: self._search(s, anchors[s.anchor], eligible, pool) for s in plan.signals}
+        rankings = {name: rank_rounds(hits, key) for name, hits in found.items()}
         fused = rrf(rankings, plan.config.rrf_kappa, key)
+        in_pool: Dict[str, List[Tuple[int, Hit]]] = {}
+        for hits in found.values():
+            for rank, hit in enumerate(ranked(list(hits))):
+                in_pool.setdefault(key(hit), []).append((rank, hit))
+        for entry in fused:
+            for _, hit in sorted(in_pool.get(entry.id, []), key=lambda p: p[0]):
+                entry.pool_units.setdefault(hit.id, {"role": hit.payload.get(schema.ROLE), "image_id": hit.payload.get(schema.IMAGE_ID)})
         payloads: Dict[str, Mapping[str, Any]] = {}
         if plan.follow_up_weight:
             payloads = neighbours.round_payloads(self._index, [r.id for r in fused])
@@ -293,6 +301,7 @@ class VMemRetriever(BaseRetriever):
                 "fused_score": fused.score,
                 "follows": payloads[fused.follows][schema.ROUND_KEY] if fused.follows in payloads else None,
                 "matched_units": {s: h.id for s, h in fused.best_units.items()},
+                "pool_units": [{"unit": u, **about} for u, about in fused.pool_units.items()],
                 "reasons": list(plan.reasons),
                 "neighbor_window": plan.neighbor_window,
                 "filter_fallback": fallback,  # a plain ``retrieve()`` sees it here, as a response's metadata shows it

@@ -151,3 +151,18 @@ def test_a_hyde_bundle_is_searched_densely_by_its_embedding_strings_as_the_stock
     assert ranks(retriever.retrieve(QueryBundle(question, custom_embedding_strs=[question])), "text_dense") == ranks(plain, "text_dense")
     other_models = QueryBundle(question, embedding=[0.5, 0.5, 0.5])
     assert ranks(retriever.retrieve(other_models), "text_dense") == ranks(plain, "text_dense")
+
+
+def test_a_returned_round_names_every_unit_a_signal_found_best_first(make_index):
+    """``pool_units`` says which parts of a round matched (any signal's candidates), not only each
+    signal's best unit (``matched_units``): a caller that shows or scores finer than rounds reads it."""
+    index = make_index()
+    index.add_rounds([{"user": "I adopted a cat called Mochi.", "assistant": "Mochi is a lovely name for a cat.",
+                       "session_id": "D1"},
+                      {"user": "I moved to Lisbon.", "assistant": "Lisbon is sunny.", "session_id": "D1"}])
+    top = index.as_retriever(k=1).retrieve("cat Mochi")[0].node.metadata["vmem"]
+    roles = [u["role"] for u in top["pool_units"]]
+    assert sorted(roles) == ["assistant", "user"], "both spans of the round were candidates"
+    assert set(top["matched_units"].values()) <= {u["unit"] for u in top["pool_units"]}
+    assert top["pool_units"][0]["unit"] in top["matched_units"].values(), "best first"
+    assert all(u["image_id"] is None for u in top["pool_units"])
