@@ -33,7 +33,7 @@ from . import archive, lifecycle, models, neighbours
 from . import images as image_io
 from . import schema, times
 from .config import VMemConfig
-from .encoders import Bm25Encoder, encoder_id
+from .encoders import Bm25Encoder, encoder_id, resolve_build_options
 from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
 from .lifecycle import Selection, StoredRound
@@ -98,6 +98,8 @@ class RoundMemory:
         show_progress: bool = False,
         owns_tempdir: Optional[tempfile.TemporaryDirectory] = None,
         region_tiles: bool = False,
+        bm25_b: Optional[float] = None,
+        dated_units: Optional[bool] = None,
     ) -> None:
         self._closed = False
         counted = False
@@ -113,7 +115,6 @@ class RoundMemory:
             self.config = config or VMemConfig()
             self.show_progress = show_progress
             self.region_tiles = region_tiles
-            self.bm25 = Bm25Encoder()
             self.image_dir = image_io.memory_folder(Path(image_dir), memory_id)
             self.image_fence = image_io.Fence.around(self.image_dir)
             #: Derived pixels kept beside the memory's images: labelled copies made for delivery, and
@@ -125,6 +126,9 @@ class RoundMemory:
             self._tempdir = owns_tempdir
             self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
             self.lane_dims = self._dims()
+            #: How units are encoded (``encoders.BUILD_DEFAULTS``): as asked, else as the store was built.
+            self.build_options = resolve_build_options(store.recorded_manifest(), bm25_b=bm25_b, dated_units=dated_units)
+            self.bm25 = Bm25Encoder(b=self.build_options["bm25_b"])
             store.ensure_collections(self.lane_dims, self.manifest())
             if store.exclusive:
                 with _write_lock(store, memory_id):  # another handle of this memory may be writing
@@ -170,7 +174,7 @@ class RoundMemory:
         return LaneDims(text=text_dim, visual=int(visual_dim), regions=self.region_tiles)
 
     def manifest(self) -> Dict[str, Any]:
-        return manifest_of(self.embed_model, self.image_encoder, self.region_tiles)
+        return manifest_of(self.embed_model, self.image_encoder, self.region_tiles, self.build_options)
 
     def scope(self, **narrowing: Any) -> Scope:
         """Every store call goes through this: it pins the call to this memory."""
@@ -441,8 +445,9 @@ class RoundMemory:
         texts = [u for u in units if not isinstance(u, ImageNode)]
         imgs = [u for u in units if isinstance(u, ImageNode)]
         captioned = [u for u in imgs if u.text]
-        dense = self._embed_texts([u.text for u in texts + captioned])
-        sparse = self.bm25.documents([u.text for u in texts + captioned])
+        encoded = [schema.encoding_text(u, self.build_options["dated_units"]) for u in texts + captioned]
+        dense = self._embed_texts(encoded)
+        sparse = self.bm25.documents(encoded)
         vectors: Dict[str, Dict[str, Any]] = {u.node_id: {} for u in units}
         for u, d, s in zip(texts + captioned, dense, sparse, strict=True):
             vectors[u.node_id].update({schema.TEXT_DENSE: d, schema.TEXT_SPARSE: s})
@@ -627,13 +632,16 @@ def check_memory_id(memory_id: Any) -> None:
         raise VMemInputError("memory_id", "must have a visible character")
 
 
-def manifest_of(embed_model: BaseEmbedding, image_encoder: MultiModalEmbedding, region_tiles: bool) -> Dict[str, Any]:
-    """What a store records of the encoders that made its vectors, and refuses other encoders by."""
+def manifest_of(embed_model: BaseEmbedding, image_encoder: MultiModalEmbedding, region_tiles: bool,
+                build_options: Dict[str, Any]) -> Dict[str, Any]:
+    """What a store records of the encoders that made its vectors (and how they were used), and
+    refuses others by."""
     return {
         "format": 1,
         "text_encoder": encoder_id(embed_model),
         "image_encoder": encoder_id(image_encoder),
         "region_tiles": region_tiles,
+        **build_options,
     }
 
 

@@ -153,6 +153,13 @@ def block_header(rounds: List[Dict[str, Any]]) -> str:
 SEEN_LINE = re.compile(r"\[seen .*, round .*\]")
 
 
+def encoding_text(unit: TextNode, dated: bool) -> str:
+    """What a unit is searched by (dense and BM25): its text, after its round's timestamp where
+    ``dated`` and the round has one, ``[8 May, 2023] Ann: ...``. The stored text stays as given."""
+    when = unit.metadata.get(TIMESTAMP)
+    return f"[{when}] {unit.text}" if dated and when else unit.text
+
+
 def dated_texts(rounds: List[TextNode]) -> List[str]:
     """Each round's text, after a ``seen_line`` where it was seen at another time than the round before it."""
     return [(seen_line(prev.metadata, r.metadata) if prev else "") + r.text for prev, r in zip([None, *rounds], rounds)]

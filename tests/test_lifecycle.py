@@ -1155,3 +1155,42 @@ def _catching(fn, errors):
         fn()
     except Exception as e:  # noqa: BLE001 - reported by the test that runs it
         errors.append(e)
+
+
+def test_an_archive_carries_its_build_options_and_one_from_before_them_keeps_the_old_encoding(open_memory, photos, tmp_path,
+                                                                                             minilm, tiny_siglip):
+    """An import follows the archive's ``bm25_b`` and ``dated_units`` (its vectors were made so); an
+    archive from before they were recorded was made with b=0.75 from undated text, and so is
+    imported; asking for another value is refused before any store is made."""
+    import json
+    import zipfile
+
+    from llama_index_vmem.archive import MEMORY_JSON
+    from llama_index_vmem.encoders import BUILD_DEFAULTS, BUILD_LEGACY
+
+    index = open_memory()
+    index.add_rounds(_conversation(photos)[:2])
+    archive = index.export_archive(tmp_path / "new.zip")
+    with zipfile.ZipFile(archive) as z:
+        assert {k: json.loads(z.read(MEMORY_JSON))["encoders"][k] for k in BUILD_DEFAULTS} == BUILD_DEFAULTS
+    old = tmp_path / "old.zip"  # as an earlier version wrote it
+    with zipfile.ZipFile(archive) as src, zipfile.ZipFile(old, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == MEMORY_JSON:
+                document = json.loads(data)
+                document["encoders"] = {k: v for k, v in document["encoders"].items() if k not in BUILD_DEFAULTS}
+                data = json.dumps(document).encode()
+            dst.writestr(info, data)
+    kwargs = dict(embed_model=minilm, image_encoder=tiny_siglip)
+    with VMemIndex.from_archive(archive, path=tmp_path / "a", **kwargs) as copy:
+        assert copy.build_options == BUILD_DEFAULTS and _answers(copy, photos) == _answers(index, photos)
+    with pytest.raises(VMemInputError, match=r"encoded with other encoders \(bm25_b: built with 0.75, asked for 0.0\)"):
+        VMemIndex.from_archive(old, path=tmp_path / "b", bm25_b=0.0, **kwargs)
+    assert not (tmp_path / "b").exists()
+    with VMemIndex.from_archive(old, path=tmp_path / "b", **kwargs) as copy:
+        assert copy.build_options == BUILD_LEGACY
+        copy.add_round(user="My dog is called Rex.", assistant="Good boy.", session_id="D3", round_key="D3:1")
+        assert copy.as_retriever(k=1).retrieve("dog Rex")[0].node.metadata["round_key"] == "D3:1"
+    with VMemIndex.from_defaults(path=tmp_path / "b", **kwargs) as reopened:
+        assert reopened.build_options == BUILD_LEGACY, "the imported store recorded the archive's encoding"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -117,10 +118,15 @@ def test_server_refuses_a_memory_with_other_encoders_of_the_same_dimension(tmp_p
         for kwargs in (dict(embed_model=other_text), dict(embed_model=minilm, region_tiles=True)):
             with pytest.raises(ValueError, match="was built with other encoders .*(text_encoder|region_tiles): built with"):
                 VMemIndex.from_defaults(client=client, memory_id="bob", path=tmp_path / "b", image_encoder=tiny_siglip, **kwargs)
-        for c in Collection:  # collections made before the manifest was recorded adopt the next opener's
-            client.update_collection(f"vmem_{c.value}", metadata={MANIFEST_KEY: None})
-        VMemIndex.from_defaults(client=client, memory_id="carol", path=tmp_path / "c", embed_model=minilm, image_encoder=tiny_siglip).close()
-        assert all(client.get_collection(f"vmem_{c.value}").config.metadata[MANIFEST_KEY] == alice.manifest() for c in Collection)
+        for c in Collection:  # collections made before the manifest was recorded adopt the next opener's,
+            client.update_collection(f"vmem_{c.value}", metadata={MANIFEST_KEY: None})  # which follows the
+        carol = VMemIndex.from_defaults(client=client, memory_id="carol", path=tmp_path / "c", embed_model=minilm,
+                                        image_encoder=tiny_siglip)  # encoding of that version (BUILD_LEGACY)
+        carol.close()
+        assert carol.build_options == {"bm25_b": 0.75, "dated_units": False}
+        assert all(client.get_collection(f"vmem_{c.value}").config.metadata[MANIFEST_KEY] == carol.manifest() for c in Collection)
+        assert {k: v for k, v in carol.manifest().items() if k not in carol.build_options} == \
+            {k: v for k, v in alice.manifest().items() if k not in alice.build_options}
         with pytest.raises(ValueError, match="was built with"):
             VMemIndex.from_defaults(client=client, memory_id="bob", path=tmp_path / "b", embed_model=other_text, image_encoder=tiny_siglip)
     finally:
@@ -665,3 +671,75 @@ def test_a_scroll_for_some_keys_reads_only_those_in_conversation_order(make_inde
     assert [h.id for h in some] == [h.id for h in whole]
     assert all(set(h.payload) == {schema.TIMESTAMP, schema.SEQ} for h in some)
     assert [h.payload[schema.TIMESTAMP] for h in some] == [h.payload[schema.TIMESTAMP] for h in whole]
+
+
+def _stored_user_unit(index, key):
+    """The stored (text, sparse, dense) of round ``key``'s user unit."""
+    point = next(p for p in index.store.points(Collection.TEXT, index.scope())
+                 if p.payload[schema.ROUND_KEY] == key and p.payload[schema.ROLE] == "user")
+    sparse = point.vectors[schema.TEXT_SPARSE]
+    return point.payload[schema.TEXT], dict(zip(sparse.indices, sparse.values)), point.vectors[schema.TEXT_DENSE]
+
+
+def _expect_encoded(index, key, minilm, searched_text, b):
+    import numpy as np
+
+    from llama_index_vmem.encoders import Bm25Encoder
+
+    text, sparse, dense = _stored_user_unit(index, key)
+    want = Bm25Encoder(b=b).documents([searched_text])[0]
+    assert sparse.keys() == set(want.indices)
+    assert np.allclose([sparse[i] for i in want.indices], want.values, rtol=1e-5)
+    vector = np.asarray(minilm.get_text_embedding(searched_text))
+    assert float(np.dot(dense, vector) / np.linalg.norm(dense) / np.linalg.norm(vector)) > 0.9999
+    return text
+
+
+@pytest.mark.parametrize("backend", ["edge", "server"])
+def test_build_options_are_recorded_and_a_store_built_before_them_keeps_encoding_the_old_way(tmp_path, minilm, tiny_siglip,
+                                                                                            backend):
+    """``bm25_b`` and ``dated_units`` change the vectors a round is stored with, so they are fixed
+    when a store is built and recorded in its manifest, as ``region_tiles`` is. A store built before
+    they were recorded made BM25 with b=0.75 from undated text: a memory opened on it without them
+    adds its new rounds the same way, so one store never mixes two encodings; asking for another
+    value is refused, naming it."""
+    import json
+
+    from llama_index_vmem.encoders import BUILD_DEFAULTS, BUILD_LEGACY
+    from llama_index_vmem.store.edge import MANIFEST
+    from llama_index_vmem.store.server import MANIFEST_KEY
+
+    client = QdrantClient(location=":memory:") if backend == "server" else None
+    where = dict(client=client, path=tmp_path / "m") if client else dict(path=tmp_path / "m")
+    kwargs = dict(embed_model=minilm, image_encoder=tiny_siglip, **where)
+    said = dict(assistant="Cute.", session_id="D1", timestamp="8 May, 2023")
+    with VMemIndex.from_defaults(**kwargs) as new:
+        assert new.build_options == BUILD_DEFAULTS == {"bm25_b": 0.0, "dated_units": True}
+        assert {k: new.manifest()[k] for k in BUILD_DEFAULTS} == BUILD_DEFAULTS
+        new.add_round(user="My cat is called Mochi.", round_key="D1:1", **said)
+        stored = _expect_encoded(new, "D1:1", minilm, "[8 May, 2023] My cat is called Mochi.", b=0.0)
+        assert stored == "My cat is called Mochi.", "the date is in what a unit is searched by, not in its text"
+    with pytest.raises(ValueError, match=r"built with other encoders \(dated_units: built with True, asked for False\)"):
+        VMemIndex.from_defaults(**kwargs, dated_units=False)
+
+    # The manifest as a version before these options wrote it.
+    if client:
+        for c in Collection:
+            name = f"vmem_{c.value}"
+            recorded = dict(client.get_collection(name).config.metadata[MANIFEST_KEY])
+            client.update_collection(name, metadata={MANIFEST_KEY: {k: v for k, v in recorded.items() if k not in BUILD_DEFAULTS}})
+    else:
+        path = tmp_path / "m" / "qdrant" / MANIFEST
+        path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k not in BUILD_DEFAULTS}))
+    with VMemIndex.from_defaults(**kwargs) as old:
+        assert old.build_options == BUILD_LEGACY == {"bm25_b": 0.75, "dated_units": False}
+        old.add_round(user="My dog is called Rex.", round_key="D1:2", **said)
+        _expect_encoded(old, "D1:2", minilm, "My dog is called Rex.", b=0.75)
+        assert old.as_retriever(k=1).retrieve("dog Rex")[0].node.metadata[schema.ROUND_KEY] == "D1:2"
+    for asked, differs in ((dict(bm25_b=0), "bm25_b: built with 0.75, asked for 0.0"),
+                           (dict(dated_units=True), "dated_units: built with False, asked for True")):
+        with pytest.raises(ValueError, match=rf"built with other encoders \({re.escape(differs)}\)"):
+            VMemIndex.from_defaults(**kwargs, **asked)
+    VMemIndex.from_defaults(**kwargs, bm25_b=0.75, dated_units=False).close()  # the store's own, asked for
+    with pytest.raises(ValueError, match="bm25_b must be a number from 0 to 1"):
+        VMemIndex.from_defaults(path=tmp_path / "other", embed_model=minilm, image_encoder=tiny_siglip, bm25_b=2)

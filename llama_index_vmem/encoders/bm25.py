@@ -22,10 +22,13 @@ class Sparse:
 
 
 class Bm25Encoder:
-    """Stemmed English BM25 term weights with Qdrant's defaults (k1=1.2, b=0.75, avg_len=256)."""
+    """Stemmed English BM25 term weights (k1=1.2 and avg_len=256 as Qdrant's defaults). ``b`` is the
+    length normalisation of document weights (Qdrant's default 0.75; a memory fixes it when it is
+    built, see ``encoders.resolve_build_options``); query weights do not depend on it."""
 
-    def __init__(self) -> None:
-        self._bm25 = qdrant_edge.Bm25(qdrant_edge.Bm25Config(language="english"))
+    def __init__(self, k1: float = 1.2, b: float = 0.75, avg_len: float = 256.0) -> None:
+        self.params = {"k1": k1, "b": b, "avg_len": avg_len}
+        self._bm25 = qdrant_edge.Bm25(qdrant_edge.Bm25Config(language="english", k=k1, b=b, avg_len=avg_len))
 
     def documents(self, texts: List[str]) -> List[Sparse]:
         return [_sparse(self._bm25.embed_document(t)) for t in texts]

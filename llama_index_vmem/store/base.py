@@ -181,6 +181,11 @@ class LaneStore(abc.ABC):
         """Create the collections once, or check an existing store matches ``dims``/``manifest``."""
 
     @abc.abstractmethod
+    def recorded_manifest(self) -> Optional[Dict[str, Any]]:
+        """The manifest this store was built with (``{}``: built before manifests were recorded), or
+        None for a store not created yet: what a memory opened without build options follows."""
+
+    @abc.abstractmethod
     def upsert(self, collection: Collection, points: Sequence[PointData]) -> None: ...
 
     def search(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:

@@ -83,6 +83,18 @@ class EdgeLaneStore(LaneStore):
             write_atomically(manifest_path, lambda tmp: tmp.write_text(text), durable=True)
             self._hold({}, text)
 
+    def recorded_manifest(self) -> Optional[Dict[str, Any]]:
+        with self._lock:
+            self._restore_manifest()
+            try:
+                stored = json.loads((self.path / MANIFEST).read_text())
+            except FileNotFoundError:
+                return None
+            except ValueError:  # ``ensure_collections`` says so, by name
+                return None
+            stored.pop(SIZES_KEY, None)
+            return stored
+
     def _hold(self, shards: Dict[Collection, qe.EdgeShard], manifest_text: str) -> None:
         self._shards.update(shards)
         self._manifest_text = manifest_text

@@ -77,6 +77,12 @@ class ServerLaneStore(LaneStore):
                 if key not in have:
                     self.client.create_payload_index(name, key, field_schema=field_schema)
 
+    def recorded_manifest(self) -> Optional[Dict[str, Any]]:
+        name = self.name(Collection.ROUNDS)
+        if not self.client.collection_exists(name):
+            return None
+        return dict((self.client.get_collection(name).config.metadata or {}).get(MANIFEST_KEY) or {})
+
     def _check_manifest(self, name: str, info: Any, manifest: Dict[str, Any]) -> None:
         """Refuse encoders other than those the collection was built with: vectors of another model
         of the same dimension would be accepted by Qdrant and silently rank as noise. A collection
