@@ -23,8 +23,9 @@ class VMemConfig:
 
     #: Reciprocal-rank-fusion constant kappa in score(r) = sum_j 1 / (kappa + rank_j(r)).
     rrf_kappa: int = 60
-    #: Units fetched per active signal before rounds are scored (the candidate pool; at least k).
-    candidate_pool: int = 20
+    #: Units fetched per active signal before rounds are scored (the candidate pool; at least k). 12 (was
+    #: 20): with RRF kappa 60 a round at rank 20 in both lists outranks the top of one (issue 35, LoCoMo tune split).
+    candidate_pool: int = 12
     #: On a text->text query, a candidate round holding an image also scores this share of the
     #: fused score of the candidate just before it in its session, short of passing that round. A
     #: round that only shares a photo ("here it is") says little; the round before it names the
