@@ -86,7 +86,11 @@ def test_a_context_fill_counts_the_joined_context_and_stops_nearest_the_budget()
     assert fill_to_budget(items, 10**6)[1] == ["D1:1", "D1:1", "D1:2", "D1:3"]
 
 
-def test_a_stock_context_holding_one_span_of_a_locomo_round_delivers_only_that_spans_turns(tmp_path):
+@pytest.mark.parametrize("name, first", [
+    ("stock-bm25", "[8 May, 2023] Ann: I adopted a greyhound named Pixel last spring."),  # a turn node, dated in its text
+    ("stock-bm25-units", "timestamp: 8 May, 2023\n\nAnn: I adopted a greyhound named Pixel last spring."),  # metadata, as LlamaIndex renders it
+])
+def test_a_stock_context_holding_one_span_of_a_locomo_round_delivers_only_that_spans_turns(tmp_path, name, first):
     """Speaker A's line alone in the context does not deliver speaker B's reply from the same round."""
     from llama_index_vmem.bench.data import load_locomo
     from llama_index_vmem.bench.systems import StockSystem, count_tokens
@@ -100,21 +104,21 @@ def test_a_stock_context_holding_one_span_of_a_locomo_round_delivers_only_that_s
     path = tmp_path / "locomo.json"
     path.write_text(json.dumps([sample]))
     [conv] = load_locomo(path)
-    stock = StockSystem("stock-bm25", None, None)
+    stock = StockSystem(name, None, None)
     stock.build(conv)
-    first = "timestamp: 8 May, 2023\n\nAnn: " + turns[0][2]  # dated as LlamaIndex renders metadata for an LLM
     outcome = stock.query(conv, conv.questions[0], count_tokens(first))
     assert outcome.ranking[0] == "D1:1" and outcome.context == first
     assert outcome.delivered == {"D1:1": 1.0}  # D1:2 shares the round but not the context
 
 
 def test_stock_units_reach_the_context_dated_but_are_searched_by_their_text_alone(tmp_path):
-    """A stock unit states when it was said, as V-Mem's block header does; its date stays out of what
-    the embedding and BM25 see, so the ranking is the text's own."""
+    """A ``-units`` stock unit (V-Mem's units, the extra variant) states when it was said, as V-Mem's
+    block header does; its date stays out of what the embedding and BM25 see. A natural turn node
+    carries its date in its text, searched and delivered, as a LlamaIndex user writes it."""
     from llama_index.core.schema import MetadataMode
 
     from llama_index_vmem.bench.data import load_locomo
-    from llama_index_vmem.bench.systems import StockSystem, unit_nodes
+    from llama_index_vmem.bench.systems import StockSystem, turn_nodes, unit_nodes
 
     sessions = {"session_1_date_time": "8 May, 2023", "session_2_date_time": "3 June, 2023",
                 "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a greyhound named Pixel."},
@@ -128,7 +132,10 @@ def test_stock_units_reach_the_context_dated_but_are_searched_by_their_text_alon
     [conv] = load_locomo(path)
     assert [n.get_content(MetadataMode.EMBED) for n in unit_nodes(conv)] == [
         "Ann: I adopted a greyhound named Pixel.", "Bob: What a lovely pet.", "Ann: We went hiking on Sunday.", "Bob: I stayed home."]
-    stock = StockSystem("stock-bm25", None, None)
+    assert [n.get_content(MetadataMode.EMBED) for n in turn_nodes(conv)] == [
+        "[8 May, 2023] Ann: I adopted a greyhound named Pixel.", "[8 May, 2023] Bob: What a lovely pet.",
+        "[3 June, 2023] Ann: We went hiking on Sunday.", "[3 June, 2023] Bob: I stayed home."]
+    stock = StockSystem("stock-bm25-units", None, None)
     stock.build(conv)
     outcome = stock.query(conv, conv.questions[0], None)
     assert outcome.ranking[0] == "D1:1"

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from llama_index_vmem.bench.run import PeakRSS
-from llama_index_vmem.bench.systems import BenchSystem, QueryOutcome, StockSystem, unit_nodes
+from llama_index_vmem.bench.systems import BenchSystem, QueryOutcome, StockSystem, turn_nodes, unit_nodes
 from llama_index_vmem.bench.worker import WorkerSystem
 
 pytestmark = pytest.mark.slow  # spawns a worker process per system: run in CI with -m slow
@@ -155,16 +155,20 @@ def _embedded_texts(run):
     return seen.texts
 
 
-def test_stock_fusion_on_stock_dense_vectors_encodes_nothing_again_and_ranks_as_alone(locomo_conv, minilm):
-    dense, alone, reusing = (StockSystem(name, minilm, None) for name in ("stock-dense", "stock-fusion", "stock-fusion"))
+@pytest.mark.parametrize("suffix, make_nodes, first_node", [("", turn_nodes, "D1:1/D1:1/0"), ("-units", unit_nodes, "D1:1/user")])
+def test_stock_fusion_on_stock_dense_vectors_encodes_nothing_again_and_ranks_as_alone(locomo_conv, minilm, suffix, make_nodes,
+                                                                                     first_node):
+    """On LoCoMo the stock systems index one node per turn; their ``-units`` variants V-Mem's units."""
+    dense, alone, reusing = (StockSystem(name + suffix, minilm, None) for name in ("stock-dense", "stock-fusion", "stock-fusion"))
     assert len(_embedded_texts(lambda: dense.build(locomo_conv))) == 4
     alone.build(locomo_conv)
     vectors = dense.vectors(locomo_conv.name)
-    assert sorted(vectors) == sorted(n.node_id for n in unit_nodes(locomo_conv)) and len(vectors["D1:1/user"]) == 384
+    assert sorted(vectors) == sorted(n.node_id for n in make_nodes(locomo_conv)) and len(vectors[first_node]) == 384
     assert _embedded_texts(lambda: reusing.build(locomo_conv, vectors)) == []
     q = locomo_conv.questions[0]
     ours, theirs = reusing.query(locomo_conv, q, 40), alone.query(locomo_conv, q, 40)
     assert (ours.ranking, ours.context) == (theirs.ranking, theirs.context) and ours.ranking[0] == "D1:3"
+    assert (ours.ranked_ids or [None])[0] == ("D1:3" if suffix == "" else None), "turn nodes are scored by their turns"
 
 
 def test_a_worker_on_another_workers_vectors_reports_both_build_times(locomo_conv):

@@ -16,7 +16,7 @@ from ..encoders import EfficientNetImageEncoder, default_text_embedding
 from .data import PIXELS, BenchConversation
 from .metrics import QA_METRICS
 from .run import results_json, run
-from .systems import REUSES_DENSE, RUNGS, STOCK_SYSTEMS, BenchSystem, StockSystem, VMemBuild, VMemSystem
+from .systems import REUSES_DENSE, RUNGS, STOCK_SYSTEMS, BenchSystem, StockSystem, VMemBuild, VMemSystem, dense_source
 from .worker import WorkerSystem
 
 logger = logging.getLogger(__name__)
@@ -51,8 +51,8 @@ def stock_system(name: str, model_name: str) -> StockSystem:
     (BM25 needs none): what a worker process builds, so its memory is that system's alone."""
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
-    embed = None if name == "stock-bm25" else HuggingFaceEmbedding(model_name=model_name, device="cpu")
-    return StockSystem(name, embed, EfficientNetImageEncoder() if name == "stock-multimodal" else None)
+    embed = None if name.startswith("stock-bm25") else HuggingFaceEmbedding(model_name=model_name, device="cpu")
+    return StockSystem(name, embed, EfficientNetImageEncoder() if name.startswith("stock-multimodal") else None)
 
 
 def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[str], rungs: Sequence[str],
@@ -78,7 +78,7 @@ def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[s
         if name == "stock-multimodal" and not pixels:
             skipped[name] = "no image has pixels in this data (caption mode)"
             continue
-        source = workers.get("stock-dense") if name in REUSES_DENSE else None
+        source = workers.get(dense_source(name)) if name in REUSES_DENSE else None
         workers[name] = WorkerSystem(name, functools.partial(stock_system, name, vmem_embed.model_name), vectors_from=source)
     out += workers.values()
     if not out:

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Sequence
 
 from .metrics import CONTEXT_METRICS, QA_METRICS
 
-QUALITY = ("hit@k", "recall@k", "precision@k", *CONTEXT_METRICS, "context_tokens_mean", "delivered_images_mean")
+QUALITY = ("hit@k", "recall@k", "precision@k", "hit@k_whole_rounds", "recall@k_whole_rounds", *CONTEXT_METRICS, "context_tokens_mean", "delivered_images_mean")
 COST = ("build_seconds", "units_per_second", "build_llm_tokens", "query_ms_p50", "query_ms_p95",
         "query_ms_with_anchors_p50", "query_ms_with_anchors_p95", "peak_rss_mb")
 CONTEXT_LEGEND = (
@@ -20,6 +20,15 @@ CONTEXT_LEGEND = (
     "context_evidence_recall_any_part: the same with an evidence id counted whole when any part of its text is there. "
     "context_evidence_recall_rounds: stock contexts of whole rounds instead, rendered as vmem renders a round "
     "(equal granularity)."
+)
+RANKING_LEGEND = (
+    "Ranked ids: a stock system is scored on the ids of the nodes it returns: on LoCoMo stock-dense, stock-bm25 and "
+    "stock-fusion index one node per turn, '[session date] Speaker: text [shares a photo: caption]', as a LlamaIndex "
+    "user would; the -units variants index V-Mem's units and are scored by their rounds (vmem-bench before issue 35). "
+    "vmem returns rounds: its ids are each returned round's matched turns (those whose units a signal's candidates "
+    "held, metadata['vmem']['pool_units']) in rank order, then the rest of those rounds' turns. *_whole_rounds, for "
+    "every system that ranks finer than rounds: the rounds of its ranking, each expanded whole in turn order. On "
+    "Mem-Gallery (evidence = rounds) the two are the same."
 )
 NO_CONTEXT_LEGEND = "No vmem system ran, so no context is scored: stock contexts are filled to vmem's token count."
 COST_LEGEND = (
@@ -58,12 +67,12 @@ def markdown(results: Dict[str, Any], chart: str = "") -> str:
         return _table(["system", *present], [[n, *[results[n]["overall"].get(m) for m in present]] for n in names])
 
     legend = CONTEXT_LEGEND if results.get("context_budget_from") else NO_CONTEXT_LEGEND
-    parts += ["## Retrieval and context (overall)", "", overall(QUALITY), "", legend, "",
+    parts += ["## Retrieval and context (overall)", "", overall(QUALITY), "", RANKING_LEGEND, "", legend, "",
               "## Cost", "", overall(COST), "", COST_LEGEND, ""]
     if any(m in results[n]["overall"] for m in QA_METRICS for n in names):
         parts += ["## End-to-end QA", "", overall(QA_METRICS), ""]
     categories = sorted({c for n in names for c in results[n]["per_category"]})
-    per_category = ("hit@k", "recall@k", "precision@k", *CONTEXT_METRICS, "context_tokens_mean", *QA_METRICS)
+    per_category = ("hit@k", "recall@k", "precision@k", "hit@k_whole_rounds", "recall@k_whole_rounds", *CONTEXT_METRICS, "context_tokens_mean", *QA_METRICS)
     for metric in per_category:
         if not any(metric in block for n in names for block in results[n]["per_category"].values()):
             continue  # not measured in this run (QA without --qa, context without vmem)

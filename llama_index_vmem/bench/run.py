@@ -125,7 +125,9 @@ def _row(conv: BenchConversation, q: Any, outcome: QueryOutcome, scored_context:
         "qid": q.qid,
         "category": q.category,
         "gold": q.gold,
-        "retrieved": gold_ids(conv, outcome.ranking),
+        "retrieved": outcome.ranked_ids if outcome.ranked_ids is not None else gold_ids(conv, outcome.ranking),
+        # the same rounds, each expanded whole (its ids in turn order): the figure without the finer order
+        "retrieved_whole_rounds": gold_ids(conv, outcome.ranking) if outcome.ranked_ids is not None else None,
         "context_evidence_recall": evidence_recall(outcome.delivered, q.gold) if scored else None,
         "context_evidence_recall_any_part": evidence_recall(dict.fromkeys(outcome.delivered, 1.0), q.gold) if scored else None,
         "context_evidence_recall_rounds": evidence_recall(conv.delivered((k, None) for k in outcome.delivered_as_rounds), q.gold)
@@ -155,6 +157,11 @@ def score(run_: SystemRun, k: int) -> Dict[str, Any]:
         out["delivered_images_mean"] = statistics.fmean(r["delivered_images"] for r in rows) if rows else 0.0
         return out
 
+    if any(r.get("retrieved_whole_rounds") is not None for r in run_.rows):  # vmem scored both ways
+        whole = summarize([r | {"retrieved": r["retrieved_whole_rounds"]} for r in run_.rows], k)
+        for key, values in whole.items():
+            table.setdefault(key, {}).update({"recall@k_whole_rounds": values[f"recall@{k}"],
+                                              "hit@k_whole_rounds": values[f"hit@{k}"]})
     latencies = [r["retrieval_ms"] for r in run_.rows]
     overall = block(run_.rows, "__overall__")
     overall.update(
@@ -197,6 +204,7 @@ def results_json(benchmark: str, k: int, conversations: Sequence[BenchConversati
         out[name] = score(run_, k)
         out[name]["per_question"] = [
             {key: r[key] for key in ("qid", "category", "retrieved", "gold", "context_tokens", "delivered_images")}
+            | ({"retrieved_whole_rounds": r["retrieved_whole_rounds"]} if r.get("retrieved_whole_rounds") is not None else {})
             | {key: r[key] for key in (*CONTEXT_METRICS, *QA_METRICS, "answer") if key in r}
             for r in run_.rows
         ]

@@ -49,9 +49,20 @@ RUNGS = {
     "rounds": dict(routing=True, round_level=True, anchors=False),
     "anchors": dict(routing=True, round_level=True, anchors=True),
 }
-STOCK_SYSTEMS = ("stock-dense", "stock-bm25", "stock-fusion", "stock-multimodal")
-#: Stock systems whose dense text index can take ``stock-dense``'s vectors for the same units and weights.
-REUSES_DENSE = ("stock-fusion",)
+#: ``-units`` variants index V-Mem's units (user span, assistant span, caption) and are scored by their rounds,
+#: as vmem-bench did before issue 35: a labelled extra. The plain names index what a user would: on LoCoMo one
+#: node per turn, ``[session date] Speaker: text [shares a photo: caption]``, scored on the turn ids returned.
+STOCK_SYSTEMS = ("stock-dense", "stock-bm25", "stock-fusion", "stock-multimodal",
+                 "stock-dense-units", "stock-bm25-units", "stock-fusion-units")
+#: Stock systems whose dense text index can take the matching dense system's vectors (``dense_source``).
+REUSES_DENSE = ("stock-fusion", "stock-fusion-units")
+#: Stock node metadata: the benchmark id (LoCoMo turn) a turn node holds.
+TURN = "turn_id"
+
+
+def dense_source(name: str) -> str:
+    """The dense system whose vectors ``name`` (in ``REUSES_DENSE``) takes: the same nodes and weights."""
+    return name.replace("fusion", "dense")
 #: Stock unit metadata: which span of its round a unit is (``user``, ``assistant`` or an image id).
 SPAN = "span"
 WARM_UP_TEXTS = ["a short warm-up text", "and a second, slightly longer one, to warm a padded batch"]
@@ -77,6 +88,9 @@ class QueryOutcome:
     anchor_ms: float = 0.0
     #: The delivered content, pixels and all, where it holds images (``--delivery pixels``): what QA answers from.
     content: Optional[List[ContentBlock]] = None
+    #: The benchmark's ids best first where the system ranks finer than rounds (V-Mem: each returned round's
+    #: matched units' ids first, then the rest of those rounds'); None: ``ranking``'s rounds expanded.
+    ranked_ids: Optional[List[str]] = None
 
     @property
     def tokens(self) -> int:
@@ -147,6 +161,7 @@ class VMemSystem(BenchSystem):
             context = delivery.BLOCK_SEPARATOR.join(n.node.get_content() for n in result.nodes)
             return QueryOutcome(keys, delivered, context, elapsed, delivered_as_rounds=keys, anchor_ms=anchor_ms)
         keys = dedupe(n.node.metadata[schema.ROUND_KEY] for n in result.nodes if not isinstance(n.node, ImageNode))
+        ranked_ids = _matched_first(conv, [n.node for n in result.nodes if not isinstance(n.node, ImageNode)])
         rounds = dedupe(k for b in blocks if not isinstance(b.node, ImageNode) for k in b.node.metadata[BLOCK_ROUNDS])
         # the rounds' text, and the pictures retrieved with them: one from a round the context leaves
         # out reaches it as its caption (or labelled pixels); the rest are in their rounds already
@@ -157,9 +172,32 @@ class VMemSystem(BenchSystem):
             text = "".join(b.text for b in content if isinstance(b, TextBlock))
             images = sum(isinstance(b, ImageBlock) for b in content)
             return QueryOutcome(keys, delivered, text, elapsed, images, rounds, anchor_ms,
-                                content if images else None)
+                                content if images else None, ranked_ids=ranked_ids)
         return QueryOutcome(keys, delivered, delivery.text_context(blocks), elapsed, delivered_as_rounds=rounds,
-                            anchor_ms=anchor_ms)
+                            anchor_ms=anchor_ms, ranked_ids=ranked_ids)
+
+
+def _matched_first(conv: BenchConversation, rounds: List[TextNode]) -> List[str]:
+    """The benchmark ids of returned rounds, best round first, each round's matched units' ids (those a
+    signal's candidate pool held) before any round's unmatched ids: on LoCoMo a round is two turns and
+    the evidence is one of them. On Mem-Gallery (evidence = the round) this is the rounds' order."""
+    first: List[str] = []
+    for node in rounds:
+        r = conv.by_key.get(node.metadata[schema.ROUND_KEY])
+        if r is None:
+            continue
+        spans = set()
+        for unit in node.metadata.get("vmem", {}).get("pool_units", []):
+            role = unit["role"]
+            if role == schema.Role.IMAGE.value:
+                spans.add(unit["image_id"])
+            elif role in (schema.Role.USER.value, schema.Role.ASSISTANT.value):
+                spans.add(role)
+                spans.update(i.image_id for i in r.images if i.role == role)  # its captions are folded into it
+        shares = r.evidence_shares(spans & set(r.spans)) if spans & set(r.spans) else {}
+        first += [t for t in r.turn_ids if t in shares]
+    keys = dedupe(n.metadata[schema.ROUND_KEY] for n in rounds)
+    return dedupe(first + conv.turn_ids(keys))
 
 
 class VMemBuild:
@@ -237,11 +275,32 @@ def _stock_node(node_class: Type[TextNode], r: BenchRound, span: Optional[str], 
                       excluded_llm_metadata_keys=[schema.ROUND_KEY, SPAN], **fields)
 
 
+def turn_nodes(conv: BenchConversation) -> List[TextNode]:
+    """A LoCoMo chat as a LlamaIndex user indexes it: one node per turn, its session date and speaker in the
+    text and the caption of the photo it shared folded in, ``[8 May, 2023] Ann: text [shares a photo: caption]``."""
+    nodes: List[TextNode] = []
+    for r in conv.rounds:
+        lines: Dict[str, List[str]] = {}
+        captions: Dict[str, List[str]] = {}
+        for p in r.turn_pieces:
+            (lines if p.span in ("user", "assistant") else captions).setdefault(p.evidence_id, []).append(p.text)
+        for n, turn in enumerate(dict.fromkeys(r.turn_ids)):
+            text = " ".join(lines.get(turn, [])) + "".join(f" [shares a photo: {c}]" for c in captions.get(turn, []))
+            text = f"[{r.timestamp}] {text}" if r.timestamp else text
+            metadata = {schema.ROUND_KEY: r.key, SPAN: None, TURN: turn}
+            nodes.append(TextNode(id_=f"{r.key}/{turn}/{n}", text=text, metadata=metadata,
+                                  excluded_embed_metadata_keys=list(metadata), excluded_llm_metadata_keys=list(metadata)))
+    return nodes
+
+
 class StockSystem(BenchSystem):
-    """A stock LlamaIndex retriever over the same units; context filled to vmem's token count."""
+    """A stock LlamaIndex retriever over the nodes a user would make (``turn_nodes`` on LoCoMo, V-Mem's units
+    elsewhere and for the ``-units`` variants); context filled to vmem's token count."""
 
     def __init__(self, name: str, embed_model: Optional[BaseEmbedding], image_encoder: Optional[MultiModalEmbedding]) -> None:
         self.name = name
+        #: The retriever this system is (``stock-fusion`` for ``stock-fusion-units``).
+        self.kind = name.removesuffix("-units")
         self.embed_model = embed_model
         self.image_encoder = image_encoder
         self.retrievers: Dict[str, BaseRetriever] = {}
@@ -257,7 +316,7 @@ class StockSystem(BenchSystem):
     def build(self, conv: BenchConversation, vectors: Optional[Dict[str, List[float]]] = None) -> int:
         """Index ``conv``'s units; ``vectors`` (by node id) are taken as they are instead of encoding
         again, as ``VectorStoreIndex`` takes a node's ``embedding``."""
-        nodes = unit_nodes(conv)
+        nodes = turn_nodes(conv) if conv.benchmark == "locomo" and self.kind == self.name else unit_nodes(conv)
         for node in nodes:
             node.embedding = (vectors or {}).get(node.node_id)
         self.retrievers[conv.name] = self._retriever(conv.name, nodes)
@@ -277,15 +336,15 @@ class StockSystem(BenchSystem):
         from llama_index.core.retrievers import QueryFusionRetriever
         from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 
-        if self.name == "stock-dense":
+        if self.kind == "stock-dense":
             return self._dense(conv_name, nodes)
-        if self.name == "stock-bm25":
+        if self.kind == "stock-bm25":
             return _bm25(nodes)
-        if self.name == "stock-fusion":
+        if self.kind == "stock-fusion":
             return QueryFusionRetriever([self._dense(conv_name, nodes), _bm25(nodes)], llm=MockLLM(),
                                         mode=FUSION_MODES.RECIPROCAL_RANK, similarity_top_k=STOCK_POOL, num_queries=1,
                                         use_async=False)
-        if self.name == "stock-multimodal":
+        if self.kind == "stock-multimodal":
             from llama_index.core.indices import MultiModalVectorStoreIndex
 
             index = MultiModalVectorStoreIndex(nodes, embed_model=self.embed_model, image_embed_model=self.image_encoder)
@@ -302,6 +361,12 @@ class StockSystem(BenchSystem):
         hits = self._hits(self.retrievers[conv.name], bundle)
         elapsed = (time.perf_counter() - start) * 1000
         ranking = dedupe(h.node.metadata[schema.ROUND_KEY] for h in hits)
+        if hits and TURN in hits[0].node.metadata:  # turn nodes: scored and delivered by the turns themselves
+            turns = [(h.node.metadata[TURN], h.node.get_content(MetadataMode.LLM)) for h in hits]
+            context, delivered_turns = fill_to_budget(turns, token_budget)
+            return QueryOutcome(ranking, dict.fromkeys(delivered_turns, 1.0), context, elapsed,
+                                delivered_as_rounds=self.fill_rounds(conv, ranking, token_budget),
+                                ranked_ids=dedupe(t for t, _ in turns))
         units = [((h.node.metadata[schema.ROUND_KEY], h.node.metadata[SPAN]), h.node.get_content(MetadataMode.LLM))
                  for h in hits]
         context, spans = fill_to_budget(units, token_budget)
@@ -322,7 +387,7 @@ class StockSystem(BenchSystem):
     def _hits(self, retriever: BaseRetriever, bundle: QueryBundle) -> List[NodeWithScore]:
         """Stock multimodal: text retrieval, plus image-to-image when the query has an image (our
         image encoders embed images, not text), merged by alternating ranks."""
-        if self.name != "stock-multimodal":
+        if self.kind != "stock-multimodal":
             return retriever.retrieve(bundle)
         text = retriever.text_retrieve(bundle)
         images = retriever.image_to_image_retrieve(bundle.image_path) if bundle.image_path else []
