@@ -57,9 +57,9 @@ def stock_system(name: str, model_name: str) -> StockSystem:
 
 def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[str], rungs: Sequence[str],
                  llm: Optional[LLM], delivery: str = "text", config: Optional[VMemConfig] = None) -> tuple:
-    """The requested systems; returns (systems, skipped-with-reason, shared build).
+    """The requested systems; returns (systems, skipped-with-reason, the vmem builds to close).
 
-    The vmem rungs share one build in this process (with the LLM, which need not pickle); each
+    The vmem rungs share a build per set of build options in this process (with the LLM, which need not pickle); each
     stock system runs in a worker process of its own, and ``stock-fusion`` fuses a vector index
     built on ``stock-dense``'s vectors when both run.
     """
@@ -68,11 +68,12 @@ def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[s
         raise SystemExit(f"unknown system(s) {unknown}; choose from vmem, {', '.join(STOCK_SYSTEMS)}")
     vmem_embed = default_text_embedding()
     pixels = any(c.image_modes[PIXELS] for c in conversations)
-    build = VMemBuild(vmem_embed, EfficientNetImageEncoder(), llm=llm, config=config, delivery=DeliveryMode(delivery))
-    out: List[BenchSystem] = []
+    image_encoder = EfficientNetImageEncoder()
+    builds = {options: VMemBuild(vmem_embed, image_encoder, llm=llm, config=config, delivery=DeliveryMode(delivery),
+                                 options=dict(options))
+              for options in dict.fromkeys(RUNGS[r].build for r in rungs)} if "vmem" in systems else {}
+    out: List[BenchSystem] = [VMemSystem(system_name(r), builds[RUNGS[r].build], r) for r in rungs if builds]
     skipped: Dict[str, str] = {}
-    if "vmem" in systems:
-        out += [VMemSystem(system_name(r), build, r) for r in rungs]
     workers: Dict[str, WorkerSystem] = {}
     for name in sorted(set(systems) - {"vmem"}, key=STOCK_SYSTEMS.index):  # stock-dense first: others take its vectors
         if name == "stock-multimodal" and not pixels:
@@ -82,9 +83,8 @@ def make_systems(conversations: Sequence[BenchConversation], systems: Sequence[s
         workers[name] = WorkerSystem(name, functools.partial(stock_system, name, vmem_embed.model_name), vectors_from=source)
     out += workers.values()
     if not out:
-        build.close()
         raise SystemExit(f"nothing to run: {'; '.join(f'{n} skipped, {why}' for n, why in skipped.items()) or 'no systems given'}")
-    return out, skipped, build
+    return out, skipped, list(builds.values())
 
 
 def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k: int, systems: Union[str, Sequence[str]],
@@ -103,7 +103,7 @@ def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k:
     config = config.override(k=max(config.k, k))  # rankings are cut at K: vmem returns at least K rounds, as stock does
     if "vmem" not in systems and rungs != ["anchors"]:
         logger.warning("--config %s applies to vmem, which is not among the systems", ",".join(rungs))
-    made, skipped, build = make_systems(conversations, systems, rungs, llm, delivery, config)
+    made, skipped, builds = make_systems(conversations, systems, rungs, llm, delivery, config)
     vmem_names = [s.name for s in made if isinstance(s, VMemSystem)]
     budget = "vmem" if "vmem" in vmem_names else next(iter(vmem_names), None)
     try:
@@ -117,7 +117,8 @@ def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k:
     finally:
         for system in made:
             system.close()
-        build.close()
+        for build in builds:
+            build.close()
     extra = {"skipped_systems": skipped, "context_budget_from": budget, "delivery": delivery,
              "vmem_config": dataclasses.asdict(config),
              "anchors": "llm" if llm is not None else "raw query (no LLM given)"}

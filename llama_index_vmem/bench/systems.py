@@ -42,12 +42,30 @@ T = TypeVar("T")
 
 #: Units each stock retriever returns: enough to fill K distinct rounds and vmem's token budget.
 STOCK_POOL = 300
-#: The ablation ladder of the paper's Table 3; ``anchors`` is the full system.
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One vmem system of the ablation ladder: ``VMemConfig`` overrides at query time, and the build
+    options (``encoders.BUILD_DEFAULTS``) of the memory it queries; rungs of equal build share one."""
+
+    config: Dict[str, Any]
+    build: Tuple[Tuple[str, Any], ...] = ()
+
+
+_FULL = dict(routing=True, round_level=True, anchors=True)
+#: The ablation ladder. The first four are the paper's Table 3 (``anchors`` is the full system); the
+#: rest take one later idea out of the full system each, so each idea's effect is measured alone, and
+#: ``before-35`` takes all of them out (vmem as it was before issue 35).
 RUNGS = {
-    "vanilla": dict(routing=False, round_level=False, anchors=False),
-    "routing": dict(routing=True, round_level=False, anchors=False),
-    "rounds": dict(routing=True, round_level=True, anchors=False),
-    "anchors": dict(routing=True, round_level=True, anchors=True),
+    "vanilla": Rung(dict(routing=False, round_level=False, anchors=False)),
+    "routing": Rung(dict(routing=True, round_level=False, anchors=False)),
+    "rounds": Rung(dict(routing=True, round_level=True, anchors=False)),
+    "anchors": Rung(_FULL),
+    "undated": Rung(_FULL, (("dated_units", False),)),
+    "bm25-b0.75": Rung(_FULL, (("bm25_b", 0.75),)),
+    "pool20": Rung(dict(_FULL, candidate_pool=20)),
+    "before-35": Rung(dict(_FULL, candidate_pool=20), (("bm25_b", 0.75), ("dated_units", False))),
 }
 #: ``-units`` variants index V-Mem's units (user span, assistant span, caption) and are scored by their rounds,
 #: as vmem-bench did before issue 35: a labelled extra. The plain names index what a user would: on LoCoMo one
@@ -131,9 +149,11 @@ class VMemSystem(BenchSystem):
     """V-Mem at one ablation rung; rungs share one ``VMemBuild``."""
 
     def __init__(self, name: str, build: "VMemBuild", rung: str) -> None:
+        if build.options != dict(RUNGS[rung].build):
+            raise ValueError(f"rung {rung!r} queries a memory built with {dict(RUNGS[rung].build)}, not {build.options}")
         self.name = name
         self.shared = build
-        self.overrides = RUNGS[rung]
+        self.overrides = RUNGS[rung].config
 
     def build(self, conv: BenchConversation) -> int:
         return self.shared.build(conv)
@@ -205,8 +225,10 @@ class VMemBuild:
 
     def __init__(self, embed_model: BaseEmbedding, image_encoder: Optional[MultiModalEmbedding],
                  llm: Optional[LLM] = None, config: Optional[VMemConfig] = None,
-                 delivery: DeliveryMode = DeliveryMode.TEXT) -> None:
+                 delivery: DeliveryMode = DeliveryMode.TEXT, options: Optional[Dict[str, Any]] = None) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="vmem-bench-")
+        #: Build options that differ from the defaults (``from_defaults(bm25_b=, dated_units=)``).
+        self.options = dict(options or {})
         self.embed_model = embed_model
         self.image_encoder = image_encoder
         self.llm = llm
@@ -220,7 +242,8 @@ class VMemBuild:
         if conv.name not in self.indexes:
             start = time.perf_counter()
             index = VMemIndex.from_defaults(path=Path(self._tmp.name), memory_id=conv.name, embed_model=self.embed_model,
-                                            image_encoder=self.image_encoder, llm=self.llm, config=self.config)
+                                            image_encoder=self.image_encoder, llm=self.llm, config=self.config,
+                                            **self.options)
             try:
                 index.add_rounds([r.as_round_dict() for r in conv.rounds])
             except VMemInputError as e:  # a file that is there but is no image: the data must be fixed
