@@ -54,10 +54,8 @@ def rank_rounds(hits: Iterable[Hit], key: Callable[[Hit], str] = round_of) -> Li
     return list(best.values())
 
 
-def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], str] = round_of,
-        weights: Optional[Mapping[str, float]] = None) -> List[Fused]:
-    """score(r) = sum over signals of weight / (kappa + rank), a signal's weight 1 unless
-    ``weights`` names it; ties go to the earlier round.
+def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], str] = round_of) -> List[Fused]:
+    """score(r) = sum over signals of 1 / (kappa + rank); ties go to the earlier round.
 
     The sum is exact-rounded (``fsum``), so rounds with the same ranks in another order tie exactly
     rather than by the order the floats were added in."""
@@ -69,7 +67,7 @@ def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], 
             entry.ranks[signal] = rank
             entry.best_units[signal] = hit
     for entry in fused.values():
-        entry.score = math.fsum((weights or {}).get(signal, 1.0) / (kappa + rank) for signal, rank in entry.ranks.items())
+        entry.score = math.fsum(1.0 / (kappa + rank) for rank in entry.ranks.values())
     return sorted(fused.values(), key=lambda r: (-r.score, r.seq))
 
 

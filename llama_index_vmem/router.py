@@ -74,11 +74,6 @@ class Signal:
     collection: Collection
     vector: str
     anchor: Anchor
-    #: Its vote in fusion (``fusion.rrf``). A question with a picture has two parts, the pixels and
-    #: the words, and each weighs the same in total: the two text signals share one vote, so a
-    #: near-empty question ("Seen this before?") whose words happen to agree on another round does
-    #: not outvote the picture's own match.
-    weight: float = 1.0
 
     @property
     def is_visual(self) -> bool:
@@ -116,10 +111,10 @@ class RoutePlan:
         return tuple(dict.fromkeys(s.anchor for s in self.signals))
 
 
-def _text_signals(anchor: Anchor, weight: float = 1.0) -> Tuple[Signal, ...]:
+def _text_signals(anchor: Anchor) -> Tuple[Signal, ...]:
     return (
-        Signal("text_dense", Collection.TEXT, schema.TEXT_DENSE, anchor, weight),
-        Signal("text_bm25", Collection.TEXT, schema.TEXT_SPARSE, anchor, weight),
+        Signal("text_dense", Collection.TEXT, schema.TEXT_DENSE, anchor),
+        Signal("text_bm25", Collection.TEXT, schema.TEXT_SPARSE, anchor),
     )
 
 
@@ -172,8 +167,7 @@ class ModalityRouter:
             signals = _visual_signals(has_pixels)
         elif has_image:
             case = Case.IMAGE_TEXT_TO_TEXT
-            visual = _visual_signals(has_pixels)
-            signals = visual + _text_signals(enriched, weight=len(visual) / 2)
+            signals = _visual_signals(has_pixels) + _text_signals(enriched)
         elif wants_image:
             case = Case.TEXT_TO_IMAGE
             gate = counting and config.hypo_caption_counting_gate

@@ -24,15 +24,6 @@ def test_rrf_sums_reciprocal_ranks():
     assert abs(fused[1].score - 1 / 61) < 1e-12 and abs(fused[2].score - 1 / 62) < 1e-12
 
 
-def test_rrf_weighs_each_signal_by_its_weight():
-    """Visual (1, 2) against text (2, 1) ties unweighted; with the text at half a vote the visual's first wins."""
-    rankings = {"visual": [hit("a", "A", 2, 0.9), hit("b", "B", 1, 0.8)], "text": [hit("b", "B", 1, 0.7), hit("a", "A", 2, 0.6)]}
-    assert [f.id for f in rrf(rankings, kappa=60)] == ["B", "A"]
-    fused = rrf(rankings, kappa=60, weights={"text": 0.5})
-    assert [f.id for f in fused] == ["A", "B"]
-    assert abs(fused[0].score - (1 / 61 + 0.5 / 62)) < 1e-15 and abs(fused[1].score - (1 / 62 + 0.5 / 61)) < 1e-15
-
-
 def test_rrf_ties_go_to_the_earlier_round():
     fused = rrf({"x": rank_rounds([hit("a", "A", 5, 1.0)]), "y": rank_rounds([hit("b", "B", 2, 1.0)])}, kappa=60)
     assert [f.id for f in fused] == ["B", "A"]

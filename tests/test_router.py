@@ -53,16 +53,6 @@ def test_caption_only_query_image_is_matched_by_caption_not_a_fake_visual_vector
     assert all(s.anchor is Anchor.QUERY_IMAGE_CAPTION for s in plan.signals)
 
 
-def test_a_questions_picture_and_its_words_weigh_the_same_in_fusion():
-    """Pixels are one signal and the words two: the text signals share one vote. Known by its caption,
-    the picture has two signals of its own and every signal keeps a whole vote."""
-    pixels = ROUTER.route(VMemQueryBundle("Seen this before?", image_path="x.png"), CONFIG)
-    assert [(s.name, s.weight) for s in pixels.signals] == [("visual", 1.0), ("text_dense", 0.5), ("text_bm25", 0.5)]
-    caption = ROUTER.route(VMemQueryBundle("Seen this before?", image_caption="a red bike"), CONFIG)
-    assert caption.case is Case.IMAGE_TEXT_TO_TEXT and {s.weight for s in caption.signals} == {1.0}
-    assert {s.weight for s in ROUTER.route(VMemQueryBundle("What did I cook?"), CONFIG).signals} == {1.0}
-
-
 def test_counting_gate_and_aggregation_and_conflict():
     counting = ROUTER.route(VMemQueryBundle("How many photos of cakes did I send?"), CONFIG)
     assert counting.counting and all(s.anchor is Anchor.QUERY for s in counting.signals)
