@@ -54,8 +54,10 @@ def rank_rounds(hits: Iterable[Hit], key: Callable[[Hit], str] = round_of) -> Li
     return list(best.values())
 
 
-def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], str] = round_of) -> List[Fused]:
-    """score(r) = sum over signals of 1 / (kappa + rank); ties go to the earlier round.
+def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], str] = round_of,
+        tie_break: Optional[str] = None) -> List[Fused]:
+    """score(r) = sum over signals of 1 / (kappa + rank); ties go to the round ranked higher by the
+    ``tie_break`` signal, if any, then to the earlier round.
 
     The sum is exact-rounded (``fsum``), so rounds with the same ranks in another order tie exactly
     rather than by the order the floats were added in."""
@@ -68,7 +70,7 @@ def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], 
             entry.best_units[signal] = hit
     for entry in fused.values():
         entry.score = math.fsum(1.0 / (kappa + rank) for rank in entry.ranks.values())
-    return sorted(fused.values(), key=lambda r: (-r.score, r.seq))
+    return sorted(fused.values(), key=lambda r: (-r.score, r.ranks.get(tie_break or "", math.inf), r.seq))
 
 
 def carry_forward(fused: Sequence[Fused], previous: Mapping[str, str], weight: float) -> List[Fused]:

@@ -200,7 +200,7 @@ class VMemRetriever(BaseRetriever):
         key = round_of if plan.round_level else unit_of
         found = {s.name: self._search(s, anchors[s.anchor], eligible, pool) for s in plan.signals}
         rankings = {name: rank_rounds(hits, key) for name, hits in found.items()}
-        fused = rrf(rankings, plan.config.rrf_kappa, key)
+        fused = rrf(rankings, plan.config.rrf_kappa, key, plan.tie_break)
         in_pool: Dict[str, List[Tuple[int, Hit]]] = {}
         for hits in found.values():
             for rank, hit in enumerate(ranked(list(hits))):

@@ -101,6 +101,11 @@ class RoutePlan:
     #: (``fusion.carry_forward``): text->text only. A query image (pixels or caption) matches the
     #: photo round directly, and an image target is searched through its caption.
     follow_up_weight: float
+    #: The signal whose rank settles a tie in fused score before the earlier round does: the
+    #: question's own pixels, where attached. "Seen this before?" with a photo ties the photo's own
+    #: round (visual 1st, words 2nd) with a round its few words happen to match (words 1st, visual
+    #: 2nd); the picture is what the question is about.
+    tie_break: Optional[str]
     counting: bool
     aggregation: bool
     config: VMemConfig
@@ -196,6 +201,7 @@ class ModalityRouter:
             answer_prompt="conflict" if conflict else "answer",
             round_level=config.round_level,
             follow_up_weight=follow_up_weight,
+            tie_break=next((s.name for s in signals if s.anchor is Anchor.QUERY_IMAGE), None),
             counting=counting,
             aggregation=aggregation,
             config=config,

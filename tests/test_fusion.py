@@ -24,6 +24,15 @@ def test_rrf_sums_reciprocal_ranks():
     assert abs(fused[1].score - 1 / 61) < 1e-12 and abs(fused[2].score - 1 / 62) < 1e-12
 
 
+def test_a_tie_goes_to_the_round_the_tie_break_signal_ranks_higher_then_the_earlier_round():
+    """Visual (2, 1) against text (1, 2) tie exactly; the earlier round A takes it unless visual breaks ties."""
+    rankings = {"visual": [hit("b", "B", 2, 0.9), hit("a", "A", 1, 0.8)], "text": [hit("a", "A", 1, 0.7), hit("b", "B", 2, 0.6)]}
+    assert [f.id for f in rrf(rankings, kappa=60)] == ["A", "B"]
+    fused = rrf(rankings, kappa=60, tie_break="visual")
+    assert [f.id for f in fused] == ["B", "A"] and fused[0].score == fused[1].score
+    assert [f.id for f in rrf(rankings, kappa=60, tie_break="absent")] == ["A", "B"]
+
+
 def test_rrf_ties_go_to_the_earlier_round():
     fused = rrf({"x": rank_rounds([hit("a", "A", 5, 1.0)]), "y": rank_rounds([hit("b", "B", 2, 1.0)])}, kappa=60)
     assert [f.id for f in fused] == ["B", "A"]

@@ -53,6 +53,13 @@ def test_caption_only_query_image_is_matched_by_caption_not_a_fake_visual_vector
     assert all(s.anchor is Anchor.QUERY_IMAGE_CAPTION for s in plan.signals)
 
 
+def test_only_a_questions_own_pixels_break_ties():
+    assert ROUTER.route(VMemQueryBundle("Seen this before?", image_path="x.png"), CONFIG).tie_break == "visual"
+    assert ROUTER.route(VMemQueryBundle("Which picture is this?", image_path="x.png"), CONFIG).tie_break == "visual"
+    assert ROUTER.route(VMemQueryBundle("Seen this before?", image_caption="a red bike"), CONFIG).tie_break is None
+    assert ROUTER.route(VMemQueryBundle("What did I cook?"), CONFIG).tie_break is None
+
+
 def test_counting_gate_and_aggregation_and_conflict():
     counting = ROUTER.route(VMemQueryBundle("How many photos of cakes did I send?"), CONFIG)
     assert counting.counting and all(s.anchor is Anchor.QUERY for s in counting.signals)
