@@ -73,6 +73,17 @@ def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], 
     return sorted(fused.values(), key=lambda r: (-r.score, r.ranks.get(tie_break or "", math.inf), r.seq))
 
 
+def note_pool_units(fused: Sequence[Fused], found: Iterable[Sequence[Hit]], key: Callable[[Hit], str] = round_of) -> None:
+    """Fill each entry's ``pool_units`` from every signal's candidates (``found``), best rank first,
+    a tie in rank in signal order."""
+    entries = {entry.id: entry for entry in fused}
+    pooled = [(rank, hit) for hits in found for rank, hit in enumerate(ranked(list(hits)))]
+    for _, hit in sorted(pooled, key=lambda p: p[0]):
+        entry = entries.get(key(hit))
+        if entry is not None:
+            entry.pool_units.setdefault(hit.id, {"role": hit.payload.get(schema.ROLE), "image_id": hit.payload.get(schema.IMAGE_ID)})
+
+
 def carry_forward(fused: Sequence[Fused], previous: Mapping[str, str], weight: float) -> List[Fused]:
     """Each round in ``previous`` also scores ``weight`` times the fused score of the round it maps
     to, where that round is a candidate too, but is never lifted past that round; best first again.

@@ -161,14 +161,12 @@ class VMemIndex(RoundMemory):
         tiles = data.document["encoders"].get("region_tiles")
         if isinstance(tiles, bool):
             store_kwargs.setdefault("region_tiles", tiles)
-        for key, value in resolve_build_options(data.document["encoders"]).items():
-            if store_kwargs.get(key) is None:
-                store_kwargs[key] = value
+        options = resolve_build_options(data.document["encoders"], bm25_b=store_kwargs.get("bm25_b"),
+                                        dated_units=store_kwargs.get("dated_units"))
+        store_kwargs.update(options)
         store_kwargs["embed_model"], store_kwargs["image_encoder"] = models.encoders(store_kwargs.get("embed_model"), store_kwargs.get("image_encoder"))
         archive.check_encoders(data, manifest_of(store_kwargs["embed_model"], store_kwargs["image_encoder"],
-                                                 store_kwargs.get("region_tiles", False),
-                                                 resolve_build_options({}, bm25_b=store_kwargs["bm25_b"],
-                                                                       dated_units=store_kwargs["dated_units"])))
+                                                 store_kwargs.get("region_tiles", False), options))
         index = cls.from_defaults(memory_id=data.memory_id if memory_id is None else memory_id, **store_kwargs)
         try:
             index.import_archive(data)

@@ -28,11 +28,11 @@ from . import neighbours, schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
 from .errors import VMemInputError
-from .fusion import Fused, carry_forward, rank_rounds, round_of, rrf, unit_of, units_covering
+from .fusion import Fused, carry_forward, note_pool_units, rank_rounds, round_of, rrf, unit_of, units_covering
 from .filters import read_filters
 from .models import as_llm
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
-from .store.base import Collection, Hit, Scope, ranked
+from .store.base import Collection, Hit, Scope
 
 if TYPE_CHECKING:
     from .round_memory import RoundMemory
@@ -201,13 +201,7 @@ class VMemRetriever(BaseRetriever):
         found = {s.name: self._search(s, anchors[s.anchor], eligible, pool) for s in plan.signals}
         rankings = {name: rank_rounds(hits, key) for name, hits in found.items()}
         fused = rrf(rankings, plan.config.rrf_kappa, key, plan.tie_break)
-        in_pool: Dict[str, List[Tuple[int, Hit]]] = {}
-        for hits in found.values():
-            for rank, hit in enumerate(ranked(list(hits))):
-                in_pool.setdefault(key(hit), []).append((rank, hit))
-        for entry in fused:
-            for _, hit in sorted(in_pool.get(entry.id, []), key=lambda p: p[0]):
-                entry.pool_units.setdefault(hit.id, {"role": hit.payload.get(schema.ROLE), "image_id": hit.payload.get(schema.IMAGE_ID)})
+        note_pool_units(fused, found.values(), key)
         payloads: Dict[str, Mapping[str, Any]] = {}
         if plan.follow_up_weight:
             payloads = neighbours.round_payloads(self._index, [r.id for r in fused])

@@ -76,14 +76,14 @@ STOCK_SYSTEMS = ("stock-dense", "stock-bm25", "stock-fusion", "stock-multimodal"
 REUSES_DENSE = ("stock-fusion", "stock-fusion-units")
 #: Stock node metadata: the benchmark id (LoCoMo turn) a turn node holds.
 TURN = "turn_id"
+#: Stock unit metadata: which span of its round a unit is (``user``, ``assistant`` or an image id).
+SPAN = "span"
+WARM_UP_TEXTS = ["a short warm-up text", "and a second, slightly longer one, to warm a padded batch"]
 
 
 def dense_source(name: str) -> str:
     """The dense system whose vectors ``name`` (in ``REUSES_DENSE``) takes: the same nodes and weights."""
     return name.replace("fusion", "dense")
-#: Stock unit metadata: which span of its round a unit is (``user``, ``assistant`` or an image id).
-SPAN = "span"
-WARM_UP_TEXTS = ["a short warm-up text", "and a second, slightly longer one, to warm a padded batch"]
 
 
 @dataclass
@@ -214,7 +214,7 @@ def _matched_first(conv: BenchConversation, rounds: List[TextNode]) -> List[str]
             elif role in (schema.Role.USER.value, schema.Role.ASSISTANT.value):
                 spans.add(role)
                 spans.update(i.image_id for i in r.images if i.role == role)  # its captions are folded into it
-        shares = r.evidence_shares(spans & set(r.spans)) if spans & set(r.spans) else {}
+        shares = r.evidence_shares(spans & set(r.spans))
         first += [t for t in r.turn_ids if t in shares]
     keys = dedupe(n.metadata[schema.ROUND_KEY] for n in rounds)
     return dedupe(first + conv.turn_ids(keys))

@@ -27,7 +27,6 @@ class Bm25Encoder:
     built, see ``encoders.resolve_build_options``); query weights do not depend on it."""
 
     def __init__(self, k1: float = 1.2, b: float = 0.75, avg_len: float = 256.0) -> None:
-        self.params = {"k1": k1, "b": b, "avg_len": avg_len}
         self._bm25 = qdrant_edge.Bm25(qdrant_edge.Bm25Config(language="english", k=k1, b=b, avg_len=avg_len))
 
     def documents(self, texts: List[str]) -> List[Sparse]:

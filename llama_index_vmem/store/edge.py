@@ -88,9 +88,7 @@ class EdgeLaneStore(LaneStore):
             self._restore_manifest()
             try:
                 stored = json.loads((self.path / MANIFEST).read_text())
-            except FileNotFoundError:
-                return None
-            except ValueError:  # ``ensure_collections`` says so, by name
+            except (FileNotFoundError, ValueError):  # none yet; or unreadable, which ``ensure_collections`` names
                 return None
             stored.pop(SIZES_KEY, None)
             return stored
