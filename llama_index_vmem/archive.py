@@ -57,6 +57,9 @@ MAX_INFLATION = 50
 MIN_UNPACKED_LIMIT = 64 * 1024 * 1024
 #: The lane each unit collection holds, as an add writes it in ``modality``.
 LANES = {Collection.TEXT: schema.Lane.TEXT.value, Collection.IMAGE: schema.Lane.IMAGE.value}
+#: The sparse vectors each collection's points may carry.
+SPARSE_NAMES = {Collection.TEXT: (schema.TEXT_SPARSE, schema.TEXT_CONTEXT_SPARSE), Collection.IMAGE: (schema.TEXT_SPARSE,),
+                Collection.ROUNDS: ()}
 
 
 def archive_path(path: Union[str, os.PathLike]) -> Path:
@@ -297,7 +300,7 @@ def _check_point(c: Collection, p: PointData, sizes: Dict[str, int]) -> None:
     if c in LANES:
         _check_unit(c, p)
     for name, v in p.vectors.items():
-        _check_vector(p, name, v, sizes)
+        _check_vector(p, name, v, sizes, SPARSE_NAMES[c])
 
 
 def _check_unit(c: Collection, p: PointData) -> None:
@@ -317,12 +320,12 @@ def _check_unit(c: Collection, p: PointData) -> None:
         raise ValueError(f"point {p.id}: has_pixels must be true exactly when the unit names an image_path")
 
 
-def _check_vector(p: PointData, name: str, v: Any, sizes: Dict[str, int]) -> None:
+def _check_vector(p: PointData, name: str, v: Any, sizes: Dict[str, int], sparse_names: Tuple[str, ...]) -> None:
     """A vector of the store's names and sizes, of elements it stores as they are: Edge takes NaN,
     inf and ``True`` into a vector silently (and a search then ranks by NaN), and fails on a string
     or an index past its 32 bits with an error that names nothing."""
     if isinstance(v, Sparse):
-        if name != schema.TEXT_SPARSE or len(v.indices) != len(v.values) or not _sparse_indices(v.indices) or not all(
+        if name not in sparse_names or len(v.indices) != len(v.values) or not _sparse_indices(v.indices) or not all(
                 _element(x) for x in v.values):
             raise ValueError(f"point {p.id}: sparse vector {name!r} must pair distinct whole-number indices "
                              f"(0 to {SPARSE_INDICES - 1}) with finite numbers")

@@ -23,15 +23,20 @@ class VMemConfig:
 
     #: Reciprocal-rank-fusion constant kappa in score(r) = sum_j 1 / (kappa + rank_j(r)).
     rrf_kappa: int = 60
-    #: Units fetched per active signal before rounds are scored (the candidate pool; at least k). 12 (was
-    #: 20): with RRF kappa 60 a round at rank 20 in both lists outranks the top of one (issue 35, LoCoMo tune split).
+    #: Units fetched per active signal before rounds are scored (the candidate pool; at least k). With
+    #: RRF kappa 60 a round deep in every list can outrank the top of one; a small pool keeps it out.
     candidate_pool: int = 12
     #: On a text->text query, a candidate round holding an image also scores this share of the
     #: fused score of the candidate just before it in its session, short of passing that round. A
     #: round that only shares a photo ("here it is") says little; the round before it names the
     #: topic. 0 ranks by Eq. 5 alone, as the paper does. Small, because a photo also comes with
-    #: ordinary turns: on LoCoMo 0.25 gains less than 0.1 over no carry (README, Configuration).
+    #: ordinary turns (swept in docs/configuration.md).
     follow_up_weight: float = 0.1
+    #: On a question about text, a candidate round that follows a round ending in a question (the
+    #: router's ``asks`` rule) also scores this share of that round's fused score, and may rank past
+    #: it: "What did you name her?" is answered by the next round, whose words ("Mochi.") rarely say
+    #: what it answers. 0 turns it off.
+    answer_weight: float = 0.5
     #: Rounds returned for ordinary questions.
     k: int = 12
     #: Rounds returned for aggregation questions, which also drop neighbours.

@@ -2,14 +2,15 @@
 
 Under each signal a round takes the best score of its units; rounds are ranked per signal and
 the rankings fused by RRF, so bounded cosine and unbounded BM25 never compete on scale. A round
-holding an image then carries part of the score of the round before it (``carry_forward``).
+holding an image, or answering the question the round before it asks, then carries part of the
+score of that round (``carry_forward``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
+from typing import AbstractSet, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
 from . import schema
 from .store.base import Hit, ranked
@@ -84,26 +85,28 @@ def note_pool_units(fused: Sequence[Fused], found: Iterable[Sequence[Hit]], key:
             entry.pool_units.setdefault(hit.id, {"role": hit.payload.get(schema.ROLE), "image_id": hit.payload.get(schema.IMAGE_ID)})
 
 
-def carry_forward(fused: Sequence[Fused], previous: Mapping[str, str], weight: float) -> List[Fused]:
-    """Each round in ``previous`` also scores ``weight`` times the fused score of the round it maps
-    to, where that round is a candidate too, but is never lifted past that round; best first again.
+def carry_forward(fused: Sequence[Fused], links: Mapping[str, str], shares: Mapping[str, float],
+                  passes: AbstractSet[str] = frozenset()) -> List[Fused]:
+    """Each round in ``shares`` also scores that share of the fused score of the round ``links`` maps
+    it to (the round before it in its conversation), where that round is a candidate too; best first
+    again. Only the rounds' own fused scores are carried, never what one carried itself, so a run of
+    rounds does not snowball.
 
-    Photos are often shared a round after the one that names them ("I saw a strange flower" ->
-    "here it is!"), so the round holding the evidence matches the question less well than the
-    round before it. The caller maps the rounds that hold an image: carried into every round, the
-    score promoted text-only follow-ups over the evidence (LoCoMo recall@10 0.602 -> 0.574). Only
-    the predecessor's own fused score is carried, never what it carried itself, so a run of
-    rounds does not snowball. A score borrowed from a round does not rank above it: uncapped, a
-    photo round the dense signal alone ranked 7th rose above its predecessor and the 1st."""
-    if not weight:
+    The round before names what the evidence is about. A photo is often shared a round later ("I
+    saw a strange flower" -> "here it is!"): it carries a small share and never ranks past the
+    round it carries from, which names the topic. An answer to the question the round before ends
+    with ("What did you name her?" -> "Mochi.") is in ``passes``: it holds what was asked for, so
+    it may rank past the question."""
+    if not any(shares.values()):
         return list(fused)
     own = {entry.id: entry.score for entry in fused}
     for entry in fused:
-        before = previous.get(entry.id)
-        if before in own:
+        before, share = links.get(entry.id), shares.get(entry.id, 0.0)
+        if before in own and share:
             entry.follows = before
-            carried = math.fsum((own[entry.id], weight * own[before]))
-            entry.score = carried if own[entry.id] > own[before] else min(carried, own[before])  # a tie ranks it after
+            carried = math.fsum((own[entry.id], share * own[before]))
+            capped = entry.id not in passes and own[entry.id] <= own[before]
+            entry.score = min(carried, own[before]) if capped else carried  # a tie ranks it after
     return sorted(fused, key=lambda r: (-r.score, r.seq))
 
 

@@ -19,7 +19,7 @@ from llama_index.core.llms.utils import LLMType
 
 from . import archive, models
 from .config import VMemConfig
-from .encoders import resolve_build_options
+from .encoders import BUILD_DEFAULTS, resolve_build_options
 from .errors import VMemInputError
 from .node_parser import Transcriber
 from .round_memory import MAX_MEMORY_ID_CHARS, RoundMemory, check_memory_id, manifest_of
@@ -94,6 +94,7 @@ class VMemIndex(RoundMemory):
         region_tiles: bool = False,
         bm25_b: Optional[float] = None,
         dated_units: Optional[bool] = None,
+        reply_context: Optional[bool] = None,
     ) -> "VMemIndex":
         """Open (or create) a memory.
 
@@ -104,9 +105,10 @@ class VMemIndex(RoundMemory):
         (default: ``path/images``, or a temporary directory). ``region_tiles=True`` also stores each
         image as whole + 2x2 overlapping tiles, compared by MaxSim, for the visual signal (five image
         encodings per image; fixed when the store is created). ``bm25_b`` (BM25 length normalisation,
-        default 0) and ``dated_units`` (units searched with their round's timestamp in front, default
+        default 0), ``dated_units`` (units searched with their round's timestamp in front, default
+        True) and ``reply_context`` (units also searched read after the exchange before them, default
         True) are fixed when the store is created too: left None, a memory follows its store's (one
-        built before they were recorded: 0.75 and False), and another value is refused.
+        built before they were recorded: 0.75, False and False), and another value is refused.
         """
         check_memory_id(memory_id)
         embed_model, image_encoder = models.encoders(embed_model, image_encoder)  # before the store: a failure here holds nothing open
@@ -145,6 +147,7 @@ class VMemIndex(RoundMemory):
             region_tiles=region_tiles,
             bm25_b=bm25_b,
             dated_units=dated_units,
+            reply_context=reply_context,
         )
 
     @classmethod
@@ -152,7 +155,7 @@ class VMemIndex(RoundMemory):
                      max_unpacked_bytes: Optional[int] = None, **store_kwargs: Any) -> "VMemIndex":
         """Open a memory (``from_defaults(**store_kwargs)``: any store or backend) and load an
         archive into it. The memory must be empty; ``memory_id`` defaults to the archived one, and
-        ``region_tiles``, ``bm25_b`` and ``dated_units`` to the archive's. An archive is refused when it would unpack to over 50
+        ``region_tiles`` and the build options (``bm25_b``, ``dated_units``, ``reply_context``) to the archive's. An archive is refused when it would unpack to over 50
         times its size (and 64 MiB), as no export does unless its text is very repetitive; give
         ``max_unpacked_bytes`` to read such an export whole."""
         data = archive.read_archive(archive_path, max_unpacked_bytes)
@@ -161,8 +164,7 @@ class VMemIndex(RoundMemory):
         tiles = data.document["encoders"].get("region_tiles")
         if isinstance(tiles, bool):
             store_kwargs.setdefault("region_tiles", tiles)
-        options = resolve_build_options(data.document["encoders"], bm25_b=store_kwargs.get("bm25_b"),
-                                        dated_units=store_kwargs.get("dated_units"))
+        options = resolve_build_options(data.document["encoders"], **{k: store_kwargs.get(k) for k in BUILD_DEFAULTS})
         store_kwargs.update(options)
         store_kwargs["embed_model"], store_kwargs["image_encoder"] = models.encoders(store_kwargs.get("embed_model"), store_kwargs.get("image_encoder"))
         archive.check_encoders(data, manifest_of(store_kwargs["embed_model"], store_kwargs["image_encoder"],

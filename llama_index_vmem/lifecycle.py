@@ -108,7 +108,8 @@ def forget(index: "RoundMemory", selection: Selection) -> int:
     """Remove the selected rounds from every lane, the round store and the image folder.
 
     Returns how many rounds were removed. Rounds after a removed run are relinked to the round
-    before it, so neighbour assembly joins across the gap.
+    before it, so neighbour assembly joins across the gap, and their reply contexts are read anew
+    after that round: a forgotten exchange's words no longer find the round that followed it.
     """
     sweep_trash(index)
     rounds = select(index, selection)
@@ -118,6 +119,7 @@ def forget(index: "RoundMemory", selection: Selection) -> int:
     store = index.store
     snapshot = {c: store.points(c, scope) for c in Collection}
     relinked = _relinks(index, snapshot[Collection.ROUNDS])
+    recontexted = _recontexted(index, [new for _, new in relinked])
     # The caches of derived pixels go too: they may hold copies of what is forgotten.
     files = _own_files(index) if selection.is_everything else unshared_images(index, snapshot[Collection.IMAGE])
     files += [index.delivered_dir, index.attached_dir]
@@ -133,10 +135,11 @@ def forget(index: "RoundMemory", selection: Selection) -> int:
     try:
         for collection in (Collection.TEXT, Collection.IMAGE):
             store.delete(collection, scope)
+        store.upsert(Collection.TEXT, [new for _, new in recontexted])
         store.upsert(Collection.ROUNDS, [new for _, new in relinked])
         store.delete(Collection.ROUNDS, scope)
     except BaseException:
-        _restore(store, snapshot, relinked)
+        _restore(store, snapshot, relinked, recontexted)
         _put_back(moved, trash)
         (trash / JOURNAL).unlink(missing_ok=True)  # undone: nothing to finish
         raise
@@ -192,9 +195,11 @@ def _journal(trash: Path) -> Optional[Selection]:
     return Selection() if keys is None else Selection(round_keys=keys)
 
 
-def _restore(store: "LaneStore", snapshot: Dict[Collection, List[PointData]], relinked: List["Relink"]) -> None:
+def _restore(store: "LaneStore", snapshot: Dict[Collection, List[PointData]], relinked: List["Relink"],
+             recontexted: List["Relink"]) -> None:
     for collection in (Collection.TEXT, Collection.IMAGE, Collection.ROUNDS):
         store.upsert(collection, snapshot[collection])
+    store.upsert(Collection.TEXT, [old for old, _ in recontexted])
     store.upsert(Collection.ROUNDS, [old for old, _ in relinked])
 
 
@@ -211,6 +216,23 @@ def _relinks(index: "RoundMemory", removed: List[PointData]) -> List["Relink"]:
             prev = prev_of[prev]
         out.append((old, PointData(old.id, {**old.payload, schema.PREV_ROUND_ID: prev}, old.vectors)))
     return out
+
+
+def _recontexted(index: "RoundMemory", followers: List[PointData]) -> List["Relink"]:
+    """``(old, new)`` text units of the relinked ``followers`` (their new round records), each new one
+    with its reply context read after the round it now follows (none for a memory built without)."""
+    if not followers or not index.build_options["reply_context"]:
+        return []
+    before_ids = tuple({p.payload[schema.PREV_ROUND_ID] for p in followers if p.payload.get(schema.PREV_ROUND_ID)})
+    before = {h.id: h.payload.get(schema.TEXT, "") for h in index.store.scroll(Collection.ROUNDS, index.scope(round_ids=before_ids))} \
+        if before_ids else {}
+    units = index.store.points(Collection.TEXT, index.scope(round_ids=tuple(p.id for p in followers)))
+    by_round: Dict[str, List[PointData]] = {}
+    for u in sorted(units, key=lambda u: u.payload[schema.UNIT_INDEX]):
+        by_round.setdefault(u.payload[schema.ROUND_ID], []).append(u)
+    vectors = index.reply_context_vectors([([schema.unit_from_payload(u.id, u.payload) for u in by_round.get(p.id, [])],
+                                            before.get(p.payload.get(schema.PREV_ROUND_ID), "")) for p in followers])
+    return [(u, PointData(u.id, u.payload, {**u.vectors, schema.TEXT_CONTEXT_SPARSE: vectors[u.id]})) for u in units]
 
 
 def unshared_images(index: "RoundMemory", removed: Sequence[Union[PointData, Hit]]) -> List[Path]:

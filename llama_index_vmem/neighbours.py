@@ -2,7 +2,7 @@
 
 Every "within W rounds" of V-Mem walks these links: context assembly (a match and its neighbours),
 the text->image filter (rounds next to an image), the images a round without one borrows, and the
-score a photo round carries from the round before it. The links, not ``seq``, decide: ``forget``
+score a photo round or an answer carries from the round before it. The links, not ``seq``, decide: ``forget``
 keeps them joined across the gap it leaves, and a round of another session is another day's
 conversation, not a continuation of the topic.
 
@@ -51,11 +51,10 @@ def round_payloads(index: "RoundMemory", round_ids: Iterable[str]) -> Dict[str, 
     return _payloads(index, round_ids=tuple(round_ids))
 
 
-def image_rounds_after(found: Mapping[str, Mapping[str, Any]]) -> Dict[str, str]:
-    """Each of these rounds (payloads by id) that holds an image, mapped to its linked previous round
-    where that is among them too, in the same session: the rounds ``fusion.carry_forward`` carries a score into."""
-    return {rid: prev_id(p) for rid, p in found.items()
-            if p.get(schema.IMAGE_IDS) and prev_id(p) in found and same_session(found[prev_id(p)], p)}
+def rounds_after(found: Mapping[str, Mapping[str, Any]]) -> Dict[str, str]:
+    """Each of these rounds (payloads by id) whose linked previous round is among them too, in the same
+    session, mapped to that round: the links ``fusion.carry_forward`` moves scores along."""
+    return {rid: prev_id(p) for rid, p in found.items() if prev_id(p) in found and same_session(found[prev_id(p)], p)}
 
 
 def prev_id(round_metadata: Mapping[str, Any]) -> Optional[str]:

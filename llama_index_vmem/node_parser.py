@@ -626,11 +626,11 @@ def message_extra(item: str, message: ChatMessage, name: str) -> List[Any]:
 
 
 def round_spans(r: RoundInput, round_key: str) -> List[Tuple[str, str]]:
-    """The round's ``(role, text)`` spans, each image folded into the span of whoever shared it as
-    ``[Image id] caption``: the text lane then matches what a picture shows (the paper's folding)."""
+    """The round's ``(role, text)`` spans, each image folded into the span of whoever shared it
+    (``schema.folded_image``)."""
     folded: Dict[str, List[str]] = {schema.Role.USER.value: [], schema.Role.ASSISTANT.value: []}
     for img, image_id in zip(r.images, image_ids(r.images, round_key, f"round {round_key}")):
-        folded[img.role].append(f"[Image {image_id}] {img.caption}" if visible(img.caption) else f"[Image {image_id}]")
+        folded[img.role].append(schema.folded_image(image_id, img.caption))
     return [
         (schema.Role.USER.value, "\n".join([r.user] + folded[schema.Role.USER.value]).strip()),
         *[(schema.Role.AUDIO.value, f"[Audio: {t}]") for t in r.audio_transcripts if visible(t)],

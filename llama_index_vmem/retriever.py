@@ -64,6 +64,9 @@ class AnchorValue:
     seconds: float = 0.0
     #: What dense text signals search with instead of ``text``'s embedding (see ``_query_embedding``).
     embedding: Optional[Tuple[float, ...]] = None
+    #: Where words added to the question came from, when not from an LLM: ``{"round": key, "image_id": id}``
+    #: of the stored picture the attached one looks most like.
+    origin: Optional[Dict[str, str]] = None
 
 
 @dataclass
@@ -177,7 +180,7 @@ class VMemRetriever(BaseRetriever):
             if query_bundle.image_path:  # refused as it is with rounds to rank
                 self._index.load_query_image(query_bundle.image_path)
             return RetrievalResult(plan, {}, [], [])  # no round in the time range: nothing to rank, no LLM to ask
-        anchors = {a: self._anchor(a, query_bundle, plan.config) for a in plan.anchors}
+        anchors = {a: self._anchor(a, query_bundle, plan) for a in plan.anchors}
         eligible = self._eligible_rounds(plan)
         rankings, fused, payloads = self._rank(plan, anchors, query_bundle, eligible)
         if eligible is not None:
@@ -203,12 +206,16 @@ class VMemRetriever(BaseRetriever):
         fused = rrf(rankings, plan.config.rrf_kappa, key, plan.tie_break)
         note_pool_units(fused, found.values(), key)
         payloads: Dict[str, Mapping[str, Any]] = {}
-        if plan.follow_up_weight:
+        if plan.follow_up_weight or plan.answer_weight:
             payloads = neighbours.round_payloads(self._index, [r.id for r in fused])
-            fused = carry_forward(fused, neighbours.image_rounds_after(payloads), plan.follow_up_weight)
+            links = neighbours.rounds_after(payloads)
+            answers = {rid for rid, before in links.items() if plan.answer_weight and plan.asks.search(payloads[before].get(schema.TEXT, ""))}
+            photos = {rid: plan.follow_up_weight for rid in links if payloads[rid].get(schema.IMAGE_IDS)}
+            fused = carry_forward(fused, links, {**photos, **dict.fromkeys(answers, plan.answer_weight)}, answers)
         return rankings, fused, payloads
 
-    def _anchor(self, anchor: Anchor, query: QueryBundle, config: VMemConfig) -> AnchorValue:
+    def _anchor(self, anchor: Anchor, query: QueryBundle, plan: RoutePlan) -> AnchorValue:
+        config = plan.config
         if anchor is Anchor.HYPO_CAPTION:
             return self._transform(self.hypo_caption, query)
         if anchor is Anchor.ENRICHED:
@@ -220,6 +227,11 @@ class VMemRetriever(BaseRetriever):
             if caption:
                 keywords = caption_keywords(caption, config.max_anchor_keywords)
                 return AnchorValue(" ".join([query.query_str, *keywords]), f"raw query + attached image caption keywords ({why})")
+            seen = self._picture_words(query, plan) if query.image_path and schema.visible(query.query_str) else None
+            if seen is not None:
+                words, origin = seen
+                return AnchorValue(" ".join([query.query_str, *words]), f"raw query + words of round {origin['round']}, whose "
+                                   f"picture {origin['image_id']} looks most like the attached image ({why})", origin=origin)
             return AnchorValue(query.query_str, f"raw query ({why})")
         if anchor is Anchor.QUERY_IMAGE:
             return AnchorValue(str(query.image_path), "attached image")
@@ -229,6 +241,27 @@ class VMemRetriever(BaseRetriever):
         if embedding is None:
             return AnchorValue(query.query_str, "raw query")
         return AnchorValue(query.query_str, "raw query (dense search by the QueryBundle's custom_embedding_strs)", embedding=embedding)
+
+    def _picture_words(self, query: QueryBundle, plan: RoutePlan) -> Optional[Tuple[List[str], Dict[str, str]]]:
+        """Without a vision LLM, what the attached picture shows is read off the stored picture it looks
+        most like: that picture's caption, then the words said in its round (``caption_keywords``), and
+        where they came from. None where no stored picture is in reach or its round says nothing. A
+        picture asked about in no words is not given any: it is searched by its pixels alone.
+
+        "What is this animal's name?" with a photo of the cat names no cat: with these words the
+        text searches find the rounds about the cat, and the reply context the round naming her."""
+        visual = next((s for s in plan.signals if s.is_visual), None)
+        best = self._search(visual, AnchorValue(str(query.image_path), "attached image"), None, 1) if visual else []
+        if not best:
+            return None
+        picture = best[0].payload
+        said = self._index.store.scroll(Collection.TEXT, self._index.scope(round_ids=(picture[schema.ROUND_ID],)))
+        texts = [picture.get(schema.CAPTION) or ""] + [schema.without_pictures(h.payload[schema.TEXT])
+                                                       for h in sorted(said, key=lambda h: h.payload[schema.UNIT_INDEX])]
+        words = caption_keywords(" ".join(texts), plan.config.max_anchor_keywords)
+        if not words:
+            return None
+        return words, {"round": picture[schema.ROUND_KEY], "image_id": picture[schema.IMAGE_ID]}
 
     def _query_embedding(self, query: QueryBundle) -> Optional[Tuple[float, ...]]:
         """The aggregate embedding of the bundle's ``custom_embedding_strs`` (HyDE's hypothetical
@@ -269,7 +302,9 @@ class VMemRetriever(BaseRetriever):
             vector: Any = index.encode_query_image(anchor.text)
         elif not schema.visible(anchor.text):  # an image asked about in no words: its text would rank at random
             return []
-        elif signal.vector == schema.TEXT_SPARSE:
+        elif signal.vector == schema.TEXT_CONTEXT_SPARSE and not index.build_options["reply_context"]:
+            return []  # a memory built without reply contexts has no such vectors
+        elif signal.vector in (schema.TEXT_SPARSE, schema.TEXT_CONTEXT_SPARSE):
             vector = index.bm25.query(anchor.text)
         elif anchor.embedding is not None:
             vector = list(anchor.embedding)
@@ -282,7 +317,8 @@ class VMemRetriever(BaseRetriever):
 
     def _nodes(self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], top: List[Fused],
                payloads: Mapping[str, Mapping[str, Any]], fallback: bool) -> List[NodeWithScore]:
-        anchor_info = {a.value: {"text": v.text, "source": v.source} for a, v in anchors.items()}
+        anchor_info = {a.value: {"text": v.text, "source": v.source, **({"from": v.origin} if v.origin else {})}
+                       for a, v in anchors.items()}
 
         def explained(node: Any, fused: Fused, match: str = "retrieved") -> NodeWithScore:
             """``match``: "retrieved", or for a picture returned with a round, "picture of <round key>"."""

@@ -33,7 +33,7 @@ from . import archive, lifecycle, models, neighbours
 from . import images as image_io
 from . import schema, times
 from .config import VMemConfig
-from .encoders import Bm25Encoder, encoder_id, resolve_build_options
+from .encoders import Bm25Encoder, Sparse, encoder_id, resolve_build_options
 from .encoders.text import padded_batches, token_lengths
 from .errors import VMemInputError
 from .lifecycle import Selection, StoredRound
@@ -100,6 +100,7 @@ class RoundMemory:
         region_tiles: bool = False,
         bm25_b: Optional[float] = None,
         dated_units: Optional[bool] = None,
+        reply_context: Optional[bool] = None,
     ) -> None:
         self._closed = False
         counted = False
@@ -127,7 +128,8 @@ class RoundMemory:
             self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
             self.lane_dims = self._dims()
             #: How units are encoded (``encoders.BUILD_DEFAULTS``): as asked, else as the store was built.
-            self.build_options = resolve_build_options(store.recorded_manifest(), bm25_b=bm25_b, dated_units=dated_units)
+            self.build_options = resolve_build_options(store.recorded_manifest(), bm25_b=bm25_b, dated_units=dated_units,
+                                                       reply_context=reply_context)
             self.bm25 = Bm25Encoder(b=self.build_options["bm25_b"])
             store.ensure_collections(self.lane_dims, self.manifest())
             if store.exclusive:
@@ -291,8 +293,8 @@ class RoundMemory:
         self._reject_existing(parsed)
         for p, digest in zip(parsed, hashes, strict=True):
             p.round_node.metadata[schema.CONTENT_HASH] = digest
-        text_points, image_points = self._encode(parsed)
-        self._link_to_stored(parsed)
+        before = self._link_to_stored(parsed)
+        text_points, image_points = self._encode(parsed, before)
         round_points = [PointData(p.round_node.node_id, _round_payload(p)) for p in parsed]
         written: List[Path] = []
         try:  # pictures after the units that record them: the sweep finds a killed add's files through its units
@@ -339,19 +341,23 @@ class RoundMemory:
                 if img.checked is not None:
                     image_io.save(img.checked, self.image_dir)
 
-    def _link_to_stored(self, parsed: List[ParsedRound]) -> None:
-        """Link each session's first new round to that session's last stored round.
+    def _link_to_stored(self, parsed: List[ParsedRound]) -> Dict[str, str]:
+        """Link each session's first new round to that session's last stored round; returns the text
+        of each stored round linked to, by id (what the new round's reply context reads).
 
         Links stay within a session, so rounds of two sessions written in turn (or by two
         threads at once) still chain their own conversation; rounds outside any session form
         one conversation of their own.
         """
+        texts: Dict[str, str] = {}
         for p in parsed:
             if NodeRelationship.PREVIOUS in p.round_node.relationships:
                 continue
             before = self.store.last_round(self.scope(session_id=p.session_id, sessionless=p.session_id is None))
             if before is not None:
                 p.round_node.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=before.id)
+                texts[before.id] = before.payload.get(schema.TEXT, "")
+        return texts
 
     def _backfill_times(self) -> None:
         """Give the points an older version wrote, before ``schema.TIME`` existed, their timestamp's
@@ -439,8 +445,9 @@ class RoundMemory:
         for path in written:
             path.unlink(missing_ok=True)
 
-    def _encode(self, parsed: List[ParsedRound]) -> Tuple[List[PointData], List[PointData]]:
-        """Encode every unit of the new rounds, batched; nothing already stored is touched."""
+    def _encode(self, parsed: List[ParsedRound], stored_texts: Mapping[str, str]) -> Tuple[List[PointData], List[PointData]]:
+        """Encode every unit of the new rounds, batched; nothing already stored is touched.
+        ``stored_texts``: the text of each stored round a new round follows (``_link_to_stored``)."""
         units = [u for p in parsed for u in p.units]
         texts = [u for u in units if not isinstance(u, ImageNode)]
         imgs = [u for u in units if isinstance(u, ImageNode)]
@@ -451,6 +458,11 @@ class RoundMemory:
         vectors: Dict[str, Dict[str, Any]] = {u.node_id: {} for u in units}
         for u, d, s in zip(texts + captioned, dense, sparse, strict=True):
             vectors[u.node_id].update({schema.TEXT_DENSE: d, schema.TEXT_SPARSE: s})
+        if self.build_options["reply_context"]:
+            round_texts = {**stored_texts, **{p.round_node.node_id: p.round_node.text for p in parsed}}
+            before = [round_texts.get(p.round_node.prev_node.node_id, "") if p.round_node.prev_node else "" for p in parsed]
+            for unit_id, v in self.reply_context_vectors([(p.units, text) for p, text in zip(parsed, before)]).items():
+                vectors[unit_id][schema.TEXT_CONTEXT_SPARSE] = v
         pixels = [u for u in imgs if u.metadata[schema.HAS_PIXELS]]
         if pixels:
             pending = {str(k): v for p in parsed for k, v in p.pending_images.items()}
@@ -467,6 +479,15 @@ class RoundMemory:
                     vectors[u.node_id][schema.VISUAL] = v
         make = lambda u: PointData(u.node_id, schema.node_to_payload(u), vectors[u.node_id])  # noqa: E731
         return [make(u) for u in texts], [make(u) for u in imgs]
+
+    def reply_context_vectors(self, rounds: Sequence[Tuple[Sequence[TextNode], str]]) -> Dict[str, Sparse]:
+        """The reply-context BM25 vector (``schema.reply_context_texts``) of each text unit of each
+        ``(round's units, text of the round before it)``, by unit id."""
+        contexts: Dict[str, str] = {}
+        for units, previous in rounds:
+            text_units = [u for u in units if not isinstance(u, ImageNode)]
+            contexts.update(schema.reply_context_texts(text_units, previous, self.build_options["dated_units"]))
+        return dict(zip(contexts, self.bm25.documents(list(contexts.values())), strict=True))
 
     def _embed_texts(self, texts: List[str]) -> List[List[float]]:
         """Length-sorted batches sized by padded length: little padding, few calls."""

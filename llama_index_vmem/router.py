@@ -47,6 +47,9 @@ class KeywordRules:
     )
     #: Contradiction questions take the conflict prompt.
     conflict: Pattern[str] = _rx(r"\bconflict\w*|\bcontradict\w*|\binconsisten\w*")
+    #: A stored round that ends by asking ("What did you name her?"): the round after it answers.
+    #: Matched against the round's text, not the question's.
+    asks: Pattern[str] = _rx(r"\?[\s\"'”’)]*\Z")
 
 
 class Case(str, Enum):
@@ -101,6 +104,11 @@ class RoutePlan:
     #: (``fusion.carry_forward``): text->text only. A query image (pixels or caption) matches the
     #: photo round directly, and an image target is searched through its caption.
     follow_up_weight: float
+    #: Share of the score of the round before it that a candidate round carries where that round
+    #: ends by asking (``asks``), past it if need be: text targets only, where the answer is words.
+    answer_weight: float
+    #: Which stored rounds end by asking (``KeywordRules.asks``).
+    asks: Pattern[str]
     #: The signal whose rank settles a tie in fused score before the earlier round does: the
     #: question's own pixels, where attached. "Seen this before?" with a photo ties the photo's own
     #: round (visual 1st, words 2nd) with a round its few words happen to match (words 1st, visual
@@ -116,11 +124,16 @@ class RoutePlan:
         return tuple(dict.fromkeys(s.anchor for s in self.signals))
 
 
-def _text_signals(anchor: Anchor) -> Tuple[Signal, ...]:
+def _text_signals(anchor: Anchor, replies: bool) -> Tuple[Signal, ...]:
+    """Text units by meaning, by their words, and, with ``replies``, by their words read after the
+    exchange before them: a reply found by what it answers (searched where the memory was built with
+    ``reply_context``). A question for words wants replies; a picture asked for is found by what was
+    said with it and its caption, and a unit returned bare (the unit-level ablation) by its own words."""
+    context = (Signal("text_context_bm25", Collection.TEXT, schema.TEXT_CONTEXT_SPARSE, anchor),) if replies else ()
     return (
         Signal("text_dense", Collection.TEXT, schema.TEXT_DENSE, anchor),
         Signal("text_bm25", Collection.TEXT, schema.TEXT_SPARSE, anchor),
-    )
+    ) + context
 
 
 def _caption_signals(anchor: Anchor) -> Tuple[Signal, ...]:
@@ -172,21 +185,25 @@ class ModalityRouter:
             signals = _visual_signals(has_pixels)
         elif has_image:
             case = Case.IMAGE_TEXT_TO_TEXT
-            signals = _visual_signals(has_pixels) + _text_signals(enriched)
+            signals = _visual_signals(has_pixels) + _text_signals(enriched, config.round_level)
         elif wants_image:
             case = Case.TEXT_TO_IMAGE
             gate = counting and config.hypo_caption_counting_gate
             if gate:
                 reasons.append("counting question: hypo-caption skipped")
-            signals = _text_signals(Anchor.QUERY) + _caption_signals(Anchor.QUERY if gate else hypo)
+            signals = _text_signals(Anchor.QUERY, replies=False) + _caption_signals(Anchor.QUERY if gate else hypo)
         else:
             case = Case.TEXT_TO_TEXT
-            signals = _text_signals(Anchor.QUERY)
+            signals = _text_signals(Anchor.QUERY, config.round_level)
         if not config.routing:
-            signals = _text_signals(Anchor.QUERY) + _caption_signals(Anchor.QUERY) + (_visual_signals(has_pixels) if has_image else ())
+            signals = _text_signals(Anchor.QUERY, config.round_level) + _caption_signals(Anchor.QUERY) + (_visual_signals(has_pixels) if has_image else ())
         follow_up_weight = config.follow_up_weight if case is Case.TEXT_TO_TEXT and config.round_level else 0.0
         if follow_up_weight:
             reasons.append("text->text: image rounds carry a share of the round before them")
+        text_target = case in (Case.TEXT_TO_TEXT, Case.IMAGE_TEXT_TO_TEXT)
+        answer_weight = config.answer_weight if text_target and config.round_level else 0.0
+        if answer_weight:
+            reasons.append("text target: a round answering the question the round before it asks carries a share of it")
         if aggregation:
             reasons.append("aggregation question: no neighbours, k widened")
         if conflict:
@@ -201,6 +218,8 @@ class ModalityRouter:
             answer_prompt="conflict" if conflict else "answer",
             round_level=config.round_level,
             follow_up_weight=follow_up_weight,
+            answer_weight=answer_weight,
+            asks=self.rules.asks,
             tie_break=next((s.name for s in signals if s.anchor is Anchor.QUERY_IMAGE), None),
             counting=counting,
             aggregation=aggregation,

@@ -13,7 +13,7 @@ import unicodedata
 import uuid
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from llama_index.core.schema import (
     ImageNode,
@@ -59,6 +59,9 @@ INDEXED_INTEGERS = (SEQ, TIME)
 # Named vectors.
 TEXT_DENSE = "text_dense"
 TEXT_SPARSE = "text_sparse"
+#: BM25 of a text unit read in its context: the exchange before its round, then its own round up to it
+#: (``reply_context_texts``), so a reply ("Her name is Mochi.") is found by what it answers.
+TEXT_CONTEXT_SPARSE = "text_context_sparse"
 VISUAL = "visual"
 #: The whole image plus 2x2 overlapping tiles, compared by MaxSim (DeliverMem's R1; opt-in per store).
 VISUAL_REGIONS = "visual_regions"
@@ -158,6 +161,36 @@ def encoding_text(unit: TextNode, dated: bool) -> str:
     ``dated`` and the round has one, ``[8 May, 2023] Ann: ...``. The stored text stays as given."""
     when = unit.metadata.get(TIMESTAMP)
     return f"[{when}] {unit.text}" if dated and when else unit.text
+
+
+#: How a text span names a picture shared in it (``folded_image``): ``[Image D1:IMG_1]``.
+_FOLDED_IMAGE = re.compile(r"\[Image [^\]\n]*\]")
+
+
+def folded_image(image_id: str, caption: Optional[str]) -> str:
+    """A picture as the span of whoever shared it holds it: ``[Image id] caption``, so the text lane
+    matches what a picture shows (the paper's folding)."""
+    return f"[Image {image_id}] {caption}" if visible(caption) else f"[Image {image_id}]"
+
+
+def without_pictures(text: str) -> str:
+    """A span's text without the names of the pictures folded into it (their captions stay)."""
+    return _FOLDED_IMAGE.sub(" ", text)
+
+
+def reply_context_texts(units: Sequence[TextNode], previous: str, dated: bool) -> Dict[str, str]:
+    """What each text unit of one round (``units``, in order) is searched by in its context: the text
+    of the round before it in its conversation (``previous``, "" for none), then its own round's
+    text units up to and including itself, after the round's timestamp where ``dated``.
+
+    A reply rarely names what it answers: "Her name is Mochi." follows "Here is my new cat! / What's
+    her name?". Read after that exchange, the reply is found by "cat" and "name" too."""
+    seen = [previous] if visible(previous) else []
+    out: Dict[str, str] = {}
+    for unit in units:
+        seen.append(unit.text)
+        out[unit.node_id] = encoding_text(TextNode(text="\n".join(seen), metadata=unit.metadata), dated)
+    return out
 
 
 def dated_texts(rounds: List[TextNode]) -> List[str]:

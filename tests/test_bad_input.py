@@ -680,8 +680,10 @@ def test_memory_usable_after_rejected_call(memory, fresh_image, tmp_path):
     (dict(follow_up_weight=-0.1), "config follow_up_weight"), (dict(follow_up_weight=float("nan")), "config follow_up_weight"),
     (dict(follow_up_weight="0.25"), "config follow_up_weight"), (dict(follow_up_weight=True), "config follow_up_weight"),
     (dict(k=2**32), "config k"), (dict(candidate_pool=2**40), "config candidate_pool"),
+    (dict(answer_weight=-1), "config answer_weight"), (dict(answer_weight=float("inf")), "config answer_weight"),
 ], ids=["negative_k", "float_k", "bool_k", "negative_kappa", "empty_pool", "float_window", "int_as_bool",
-        "negative_weight", "nan_weight", "text_weight", "bool_weight", "k_past_what_grpc_takes", "huge_pool"])
+        "negative_weight", "nan_weight", "text_weight", "bool_weight", "k_past_what_grpc_takes", "huge_pool",
+        "negative_answer_weight", "infinite_answer_weight"])
 def test_a_config_value_retrieval_would_misread_is_refused_when_the_retriever_is_made(memory, overrides, item):
     rejected(memory, lambda: memory.as_retriever(**overrides), item=item)
 

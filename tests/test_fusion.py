@@ -56,7 +56,7 @@ def test_a_round_carries_a_share_of_the_own_score_of_the_candidate_before_it():
     fused = rrf({"dense": [hit(rid.lower(), rid, seq, 1.0) for seq, rid in enumerate("ACEBD")]}, kappa=60)
     for f in fused:  # put the hand-picked scores in place of the ranks' own
         f.score = scores[f.id]
-    out = carry_forward(fused, {"B": "A", "D": "B", "E": "Z"}, weight=0.05)
+    out = carry_forward(fused, {"B": "A", "D": "B", "E": "Z"}, dict.fromkeys("BDE", 0.05))
     expected = {"A": 1 / 61, "B": 1 / 66 + 0.05 / 61, "C": 1 / 62, "D": 1 / 70 + 0.05 / 66, "E": 1 / 63}
     assert [f.id for f in out] == sorted(expected, key=lambda r: -expected[r]) == ["A", "C", "B", "E", "D"]
     assert all(abs(f.score - expected[f.id]) < 1e-15 for f in out)
@@ -70,7 +70,7 @@ def test_a_carried_score_never_lifts_a_round_past_the_round_it_carries_from():
     fused = rrf({"dense": [hit(rid.lower(), rid, seq, 1.0) for seq, rid in enumerate("ACDFE")]}, kappa=60)
     for f in fused:
         f.score = scores[f.id]
-    out = carry_forward(fused, {"D": "C", "E": "F"}, weight=0.2)
+    out = carry_forward(fused, {"D": "C", "E": "F"}, dict.fromkeys("DE", 0.2))
     expected = {"A": 1 / 61, "C": 1 / 62, "D": 1 / 62, "F": 1 / 64, "E": 1 / 63 + 0.2 / 64}
     assert 1 / 67 + 0.2 / 62 > 1 / 61, "uncapped, D would rank first"
     assert [f.id for f in out] == ["E", "A", "C", "D", "F"]
@@ -83,14 +83,14 @@ def test_a_photo_round_tied_with_the_round_it_follows_stays_after_it():
     fused = rrf({"dense": [hit("a", "A", 1, 0.9), hit("b", "B", 2, 0.8)], "bm25": [hit("b", "B", 2, 9.0), hit("a", "A", 1, 8.0)]},
                 kappa=60)
     assert fused[0].score == fused[1].score
-    out = carry_forward(fused, {"B": "A"}, weight=0.1)
+    out = carry_forward(fused, {"B": "A"}, {"B": 0.1})
     assert [(f.id, f.follows) for f in out] == [("A", None), ("B", "A")] and out[1].score == out[0].score
 
 
 def test_no_weight_leaves_the_fused_ranking_as_it_is():
     fused = rrf({"dense": [hit("a", "A", 1, 0.9), hit("b", "B", 2, 0.8), hit("c", "C", 3, 0.7)]}, kappa=60)
     before = [(f.id, f.score) for f in fused]
-    out = carry_forward(fused, {"C": "A", "B": "A"}, weight=0)
+    out = carry_forward(fused, {"C": "B", "B": "A"}, {"C": 0.0, "B": 0.0})
     assert [(f.id, f.score) for f in out] == before and all(f.follows is None for f in out)
 
 

@@ -1159,7 +1159,7 @@ def _catching(fn, errors):
 
 def test_an_archive_carries_its_build_options_and_one_from_before_them_keeps_the_old_encoding(open_memory, photos, tmp_path,
                                                                                              minilm, tiny_siglip):
-    """An import follows the archive's ``bm25_b`` and ``dated_units`` (its vectors were made so); an
+    """An import follows the archive's build options (``bm25_b``, ``dated_units``, ``reply_context``: its vectors were made so); an
     archive from before they were recorded was made with b=0.75 from undated text, and so is
     imported; asking for another value is refused before any store is made."""
     import json

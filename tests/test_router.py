@@ -37,10 +37,11 @@ def test_four_cases_fix_lanes_and_anchors():
     cases = [p.case for p in plans.values()]
     assert cases == [Case.TEXT_TO_TEXT, Case.TEXT_TO_IMAGE, Case.IMAGE_TEXT_TO_TEXT, Case.IMAGE_TEXT_TO_IMAGE]
     signals = [[(s.name, s.anchor) for s in p.signals] for p in plans.values()]
-    assert signals[0] == [("text_dense", Anchor.QUERY), ("text_bm25", Anchor.QUERY)]
-    assert signals[1] == [("text_dense", Anchor.QUERY), ("text_bm25", Anchor.QUERY),
-                          ("caption_dense", Anchor.HYPO_CAPTION), ("caption_bm25", Anchor.HYPO_CAPTION)]
-    assert signals[2] == [("visual", Anchor.QUERY_IMAGE), ("text_dense", Anchor.ENRICHED), ("text_bm25", Anchor.ENRICHED)]
+    text = ["text_dense", "text_bm25", "text_context_bm25"]
+    assert signals[0] == [(name, Anchor.QUERY) for name in text]
+    assert signals[1] == [(name, Anchor.QUERY) for name in text[:2]] + [("caption_dense", Anchor.HYPO_CAPTION),
+                                                                        ("caption_bm25", Anchor.HYPO_CAPTION)]
+    assert signals[2] == [("visual", Anchor.QUERY_IMAGE)] + [(name, Anchor.ENRICHED) for name in text]
     assert signals[3] == [("visual", Anchor.QUERY_IMAGE)]
     image_filters = [p.image_filter_window for p in plans.values()]
     assert image_filters == [None, 1, None, 1]
@@ -86,7 +87,7 @@ def test_config_overrides_and_rules_are_replaceable():
 
 def test_ablation_switches():
     vanilla = ROUTER.route(VMemQueryBundle("Which photo shows the cake?", image_caption="a cake"), CONFIG.override(routing=False))
-    assert {s.name for s in vanilla.signals} == {"text_dense", "text_bm25", "caption_dense", "caption_bm25",
+    assert {s.name for s in vanilla.signals} == {"text_dense", "text_bm25", "text_context_bm25", "caption_dense", "caption_bm25",
                                                  "visual_by_caption_dense", "visual_by_caption_bm25"}
     assert all(s.anchor in (Anchor.QUERY, Anchor.QUERY_IMAGE_CAPTION) for s in vanilla.signals)
     assert vanilla.image_filter_window is None and not vanilla.aggregation
@@ -120,3 +121,25 @@ def test_only_a_text_to_text_query_at_round_level_carries_scores_into_image_roun
     assert CONFIG.follow_up_weight == 0.1
     assert ROUTER.route(VMemQueryBundle("What did I cook?"), CONFIG.override(round_level=False)).follow_up_weight == 0.0
     assert ROUTER.route(VMemQueryBundle("What did I cook?"), CONFIG.override(follow_up_weight=0.5)).follow_up_weight == 0.5
+
+
+def test_a_text_target_at_round_level_lets_an_answer_carry_from_the_question_before_it():
+    """The answer to "What did you name her?" is words: a question for words, with or without a
+    picture, lets it carry; an image target is found through its caption instead."""
+    weight = {(q, img): ROUTER.route(VMemQueryBundle(q, image_path=img), CONFIG).answer_weight
+              for q, img in [("What did I call my cat?", None), ("What is this animal's name?", "x.png"),
+                             ("Which photo shows the cake?", None), ("Which picture is this?", "x.png")]}
+    assert list(weight.values()) == [CONFIG.answer_weight, CONFIG.answer_weight, 0.0, 0.0]
+    assert ROUTER.route(VMemQueryBundle("What did I call my cat?"), CONFIG.override(round_level=False)).answer_weight == 0.0
+    assert ROUTER.route(VMemQueryBundle("What did I call my cat?"), CONFIG.override(answer_weight=0)).answer_weight == 0.0
+
+
+@pytest.mark.parametrize("text, asks", [
+    ("User: I adopted a cat!\nAssistant: What did you name her?", True),
+    ('Assistant: Did she say "where is it?"  ', True),
+    ("Assistant: Where did you park?)\n", True),
+    ("User: I asked her why? She had no idea.", False),
+    ("Assistant: Lovely name.", False),
+])
+def test_the_asks_rule_reads_how_a_stored_round_ends(text, asks):
+    assert bool(KeywordRules().asks.search(text)) is asks

@@ -10,6 +10,7 @@ from qdrant_client import QdrantClient, models
 
 from llama_index_vmem import VMemIndex, VMemInputError, VMemQueryBundle, schema
 from llama_index_vmem.store import Collection, Scope
+from llama_index_vmem.encoders import Sparse
 
 QUESTIONS = [
     VMemQueryBundle("What is my cat called?"),
@@ -123,7 +124,7 @@ def test_server_refuses_a_memory_with_other_encoders_of_the_same_dimension(tmp_p
         carol = VMemIndex.from_defaults(client=client, memory_id="carol", path=tmp_path / "c", embed_model=minilm,
                                         image_encoder=tiny_siglip)  # encoding of that version (BUILD_LEGACY)
         carol.close()
-        assert carol.build_options == {"bm25_b": 0.75, "dated_units": False}
+        assert carol.build_options == {"bm25_b": 0.75, "dated_units": False, "reply_context": False}
         assert all(client.get_collection(f"vmem_{c.value}").config.metadata[MANIFEST_KEY] == carol.manifest() for c in Collection)
         assert {k: v for k, v in carol.manifest().items() if k not in carol.build_options} == \
             {k: v for k, v in alice.manifest().items() if k not in alice.build_options}
@@ -569,7 +570,7 @@ def test_server_upserts_take_numpy_vectors_as_an_embed_model_may_return_them(tmp
     try:
         index.add_round(user="numpy check", assistant="ok")
         unit = index.store.points(Collection.TEXT, index.scope())[0]
-        vectors = {n: v if n == "text_sparse" else np.asarray(v, dtype=np.float32) for n, v in unit.vectors.items()}
+        vectors = {n: v if isinstance(v, Sparse) else np.asarray(v, dtype=np.float32) for n, v in unit.vectors.items()}
         index.store.upsert(Collection.TEXT, [PointData(unit.id, dict(unit.payload, text="numpy again"), vectors)])
         [again] = [p for p in index.store.points(Collection.TEXT, index.scope()) if p.id == unit.id]
         assert again.payload["text"] == "numpy again" and np.allclose(again.vectors["text_dense"], unit.vectors["text_dense"])
@@ -673,10 +674,14 @@ def test_a_scroll_for_some_keys_reads_only_those_in_conversation_order(make_inde
     assert [h.payload[schema.TIMESTAMP] for h in some] == [h.payload[schema.TIMESTAMP] for h in whole]
 
 
+def _stored_user_point(index, key):
+    return next(p for p in index.store.points(Collection.TEXT, index.scope())
+                if p.payload[schema.ROUND_KEY] == key and p.payload[schema.ROLE] == "user")
+
+
 def _stored_user_unit(index, key):
     """The stored (text, sparse, dense) of round ``key``'s user unit."""
-    point = next(p for p in index.store.points(Collection.TEXT, index.scope())
-                 if p.payload[schema.ROUND_KEY] == key and p.payload[schema.ROLE] == "user")
+    point = _stored_user_point(index, key)
     sparse = point.vectors[schema.TEXT_SPARSE]
     return point.payload[schema.TEXT], dict(zip(sparse.indices, sparse.values)), point.vectors[schema.TEXT_DENSE]
 
@@ -693,6 +698,17 @@ def _expect_encoded(index, key, minilm, searched_text, b):
     vector = np.asarray(minilm.get_text_embedding(searched_text))
     assert float(np.dot(dense, vector) / np.linalg.norm(dense) / np.linalg.norm(vector)) > 0.9999
     return text
+
+
+def _expect_context(index, key, context_text, b):
+    """Round ``key``'s user unit has the reply-context BM25 vector of ``context_text``."""
+    import numpy as np
+
+    from llama_index_vmem.encoders import Bm25Encoder
+
+    stored = _stored_user_point(index, key).vectors[schema.TEXT_CONTEXT_SPARSE]
+    want = Bm25Encoder(b=b).documents([context_text])[0]
+    assert dict(zip(stored.indices, np.round(stored.values, 5))) == dict(zip(want.indices, np.round(want.values, 5)))
 
 
 @pytest.mark.parametrize("backend", ["edge", "server"])
@@ -714,11 +730,13 @@ def test_build_options_are_recorded_and_a_store_built_before_them_keeps_encoding
     kwargs = dict(embed_model=minilm, image_encoder=tiny_siglip, **where)
     said = dict(assistant="Cute.", session_id="D1", timestamp="8 May, 2023")
     with VMemIndex.from_defaults(**kwargs) as new:
-        assert new.build_options == BUILD_DEFAULTS == {"bm25_b": 0.0, "dated_units": True}
+        assert new.build_options == BUILD_DEFAULTS == {"bm25_b": 0.0, "dated_units": True, "reply_context": True}
         assert {k: new.manifest()[k] for k in BUILD_DEFAULTS} == BUILD_DEFAULTS
         new.add_round(user="My cat is called Mochi.", round_key="D1:1", **said)
         stored = _expect_encoded(new, "D1:1", minilm, "[8 May, 2023] My cat is called Mochi.", b=0.0)
         assert stored == "My cat is called Mochi.", "the date is in what a unit is searched by, not in its text"
+        new.add_round(user="She sleeps all day.", round_key="D1:2", **said)
+        _expect_context(new, "D1:2", "[8 May, 2023] User: My cat is called Mochi.\nAssistant: Cute.\nShe sleeps all day.", b=0.0)
     with pytest.raises(ValueError, match=r"built with other encoders \(dated_units: built with True, asked for False\)"):
         VMemIndex.from_defaults(**kwargs, dated_units=False)
 
@@ -732,12 +750,15 @@ def test_build_options_are_recorded_and_a_store_built_before_them_keeps_encoding
         path = tmp_path / "m" / "qdrant" / MANIFEST
         path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k not in BUILD_DEFAULTS}))
     with VMemIndex.from_defaults(**kwargs) as old:
-        assert old.build_options == BUILD_LEGACY == {"bm25_b": 0.75, "dated_units": False}
-        old.add_round(user="My dog is called Rex.", round_key="D1:2", **said)
-        _expect_encoded(old, "D1:2", minilm, "My dog is called Rex.", b=0.75)
-        assert old.as_retriever(k=1).retrieve("dog Rex")[0].node.metadata[schema.ROUND_KEY] == "D1:2"
+        assert old.build_options == BUILD_LEGACY == {"bm25_b": 0.75, "dated_units": False, "reply_context": False}
+        old.add_round(user="My dog is called Rex.", round_key="D1:3", **said)
+        _expect_encoded(old, "D1:3", minilm, "My dog is called Rex.", b=0.75)
+        assert schema.TEXT_CONTEXT_SPARSE not in _stored_user_point(old, "D1:3").vectors
+        found = old.as_retriever(k=1).retrieve("dog Rex")[0].node.metadata
+        assert found[schema.ROUND_KEY] == "D1:3" and "text_context_bm25" not in found["vmem"]["ranks"]
     for asked, differs in ((dict(bm25_b=0), "bm25_b: built with 0.75, asked for 0.0"),
-                           (dict(dated_units=True), "dated_units: built with False, asked for True")):
+                           (dict(dated_units=True), "dated_units: built with False, asked for True"),
+                           (dict(reply_context=True), "reply_context: built with False, asked for True")):
         with pytest.raises(ValueError, match=rf"built with other encoders \({re.escape(differs)}\)"):
             VMemIndex.from_defaults(**kwargs, **asked)
     VMemIndex.from_defaults(**kwargs, bm25_b=0.75, dated_units=False).close()  # the store's own, asked for

@@ -20,11 +20,13 @@ __all__ = ["Bm25Encoder", "Sparse", "EfficientNetImageEncoder", "SiglipImageEnco
 #: avg_len=256 against conversation units of ~25 tokens saturates term frequency at once and favours
 #: short chit-chat; 0 (saturation by k1 only) ranks LoCoMo turns better. ``dated_units``: units are
 #: encoded, dense and BM25, after their round's timestamp (``schema.encoding_text``), as a LlamaIndex
-#: user's node carries its date; the stored text stays as given.
-BUILD_DEFAULTS: Dict[str, Any] = {"bm25_b": 0.0, "dated_units": True}
+#: user's node carries its date; the stored text stays as given. ``reply_context``: each text unit also
+#: has a BM25 vector of itself read after the exchange before it (``schema.reply_context_texts``), which
+#: a third text search ranks by, so a reply is found by what it answers.
+BUILD_DEFAULTS: Dict[str, Any] = {"bm25_b": 0.0, "dated_units": True, "reply_context": True}
 #: What a manifest that records no such option means: the store was built before it existed, and its
 #: vectors were made this way (so new rounds are too: one store never mixes two encodings).
-BUILD_LEGACY: Dict[str, Any] = {"bm25_b": 0.75, "dated_units": False}
+BUILD_LEGACY: Dict[str, Any] = {"bm25_b": 0.75, "dated_units": False, "reply_context": False}
 
 #: Where an installed package's files live, up to the package itself.
 _INSTALLED = re.compile(r"^.*[/\\](?:site|dist)-packages[/\\]")
@@ -52,9 +54,10 @@ def resolve_build_options(recorded: Optional[Dict[str, Any]], **asked: Any) -> D
     b = out["bm25_b"]
     if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 <= b <= 1:
         raise ValueError(f"bm25_b must be a number from 0 to 1, got {b!r:.100}")
-    if not isinstance(out["dated_units"], bool):
-        raise ValueError(f"dated_units must be True or False, got {out['dated_units']!r:.100}")
-    return {"bm25_b": float(b), "dated_units": out["dated_units"]}
+    for flag in ("dated_units", "reply_context"):
+        if not isinstance(out[flag], bool):
+            raise ValueError(f"{flag} must be True or False, got {out[flag]!r:.100}")
+    return {**out, "bm25_b": float(b)}
 
 
 def same_encoders(stored: Dict[str, Any], wanted: Dict[str, Any]) -> bool:

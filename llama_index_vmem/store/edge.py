@@ -246,7 +246,8 @@ def _config(collection: Collection, dims: LaneDims) -> qe.EdgeConfig:
     sparse = {schema.TEXT_SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
     text = qe.EdgeVectorParams(size=dims.text, distance=qe.Distance.Cosine)
     if collection is Collection.TEXT:
-        return qe.EdgeConfig(vectors={schema.TEXT_DENSE: text}, sparse_vectors=sparse)
+        context = {schema.TEXT_CONTEXT_SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
+        return qe.EdgeConfig(vectors={schema.TEXT_DENSE: text}, sparse_vectors={**sparse, **context})
     if collection is Collection.IMAGE:
         vectors = {schema.TEXT_DENSE: text, schema.VISUAL: qe.EdgeVectorParams(size=dims.visual, distance=qe.Distance.Cosine)}
         if dims.regions:

@@ -187,7 +187,8 @@ def _dense_config(c: Collection, dims: LaneDims) -> Dict[str, models.VectorParam
 def _sparse_config(c: Collection) -> Optional[Dict[str, models.SparseVectorParams]]:
     if c is Collection.ROUNDS:
         return None
-    return {schema.TEXT_SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+    names = (schema.TEXT_SPARSE, schema.TEXT_CONTEXT_SPARSE) if c is Collection.TEXT else (schema.TEXT_SPARSE,)
+    return {name: models.SparseVectorParams(modifier=models.Modifier.IDF) for name in names}
 
 
 def _payload_indexes() -> Dict[str, Any]:
