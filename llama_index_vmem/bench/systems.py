@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar, Union
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -150,12 +150,14 @@ class BenchSystem(abc.ABC):
 class VMemSystem(BenchSystem):
     """V-Mem at one ablation rung; rungs share one ``VMemBuild``."""
 
-    def __init__(self, name: str, build: "VMemBuild", rung: str) -> None:
-        if build.options != dict(RUNGS[rung].build):
-            raise ValueError(f"rung {rung!r} queries a memory built with {dict(RUNGS[rung].build)}, not {build.options}")
+    def __init__(self, name: str, build: "VMemBuild", rung: Union[str, Rung]) -> None:
+        """``rung``: a name in ``RUNGS``, or a ``Rung`` of its own (a sweep's value of a build option)."""
+        rung = RUNGS[rung] if isinstance(rung, str) else rung
+        if build.options != dict(rung.build):
+            raise ValueError(f"{name} queries a memory built with {dict(rung.build)}, not {build.options}")
         self.name = name
         self.shared = build
-        self.overrides = RUNGS[rung].config
+        self.overrides = rung.config
 
     def build(self, conv: BenchConversation) -> int:
         return self.shared.build(conv)
