@@ -143,6 +143,42 @@ def test_stock_units_reach_the_context_dated_but_are_searched_by_their_text_alon
     assert "timestamp: 3 June, 2023\n\nAnn: We went hiking on Sunday." in outcome.context
 
 
+def test_a_stock_memgallery_unit_is_searched_by_the_dated_text_vmem_searches_its_unit_by():
+    """On Mem-Gallery a stock unit is searched, dense and BM25, by its text after its round's date, as
+    V-Mem's unit is (``schema.encoding_text``): a date in the question reaches stock too. It is
+    delivered dated once, and credited for its own span's share of the round."""
+    from llama_index.core.schema import MetadataMode
+
+    from llama_index_vmem import schema
+    from llama_index_vmem.bench.data import BenchConversation, BenchImage, BenchQuestion, BenchRound
+    from llama_index_vmem.bench.systems import StockSystem, count_tokens, unit_nodes
+    from llama_index_vmem.node_parser import RoundNodeParser, round_input_from_dict
+
+    rounds = [BenchRound("D1:1", "D1", "2024-06-17", "I bought a bike.", "Enjoy the rides!", [], ["D1:1"]),
+              BenchRound("D2:1", "D2", "2024-07-30", "I bought a bike.", "Nice, a red one!",
+                         [BenchImage("D2:IMG_001", "a red bicycle by a wall")], ["D2:1"])]
+    q = BenchQuestion("c#0", "What did I buy on 2024-07-30?", "TR", ["D2:1"], "a bike")
+    conv = BenchConversation("c", "memgallery", rounds, [q])
+    r = rounds[1]
+    [parsed] = RoundNodeParser(memory_id="m").parse_rounds([round_input_from_dict("r", r.as_round_dict())])
+    vmem = {u.metadata.get(schema.IMAGE_ID) or u.metadata[schema.ROLE]: schema.encoding_text(u, dated=True) for u in parsed.units}
+    stock = {n.metadata["span"]: n.get_content(MetadataMode.EMBED) for n in unit_nodes(conv, dated=True)
+             if n.metadata[schema.ROUND_KEY] == r.key}
+    assert stock.keys() == vmem.keys() == {"user", "assistant", "D2:IMG_001"}
+    assert all(text.startswith("[2024-07-30] ") for text in [*stock.values(), *vmem.values()])
+    assert stock["D2:IMG_001"] == vmem["D2:IMG_001"] == "[2024-07-30] a red bicycle by a wall"
+    assert stock["user"] == "[2024-07-30] I bought a bike."  # V-Mem's unit folds in its side's captions; stock's is the line
+
+    system = StockSystem("stock-bm25", None, None)
+    system.build(conv)
+    first = "[2024-07-30] I bought a bike."
+    outcome = system.query(conv, q, count_tokens(first))
+    assert outcome.ranking[0] == "D2:1", "the date in the question found the round of that date"
+    assert outcome.context == first  # dated once, in the text, not again as metadata
+    assert outcome.delivered == pytest.approx(
+        {"D2:1": count_tokens(r.user) / sum(count_tokens(t) for t in r.spans.values())})
+
+
 @pytest.mark.slow
 def test_qa_answers_with_the_answer_prompt_and_judges_with_the_benchmark_prompt(memgallery_run):
     from llama_index_vmem.bench.data import load_memgallery

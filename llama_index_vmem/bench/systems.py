@@ -4,8 +4,9 @@
 query time). The stock systems are what LlamaIndex gives out of the box, over the very same units
 (user span, assistant span, image caption) and the same MiniLM weights: ``VectorStoreIndex``,
 ``BM25Retriever``, ``QueryFusionRetriever`` (reciprocal rank of those two) and, where images have
-pixels, ``MultiModalVectorStoreIndex`` with our image encoder. Stock units reach the context dated
-by their round's timestamp, as V-Mem's rounds do, so both contexts tell the model when each item was said.
+pixels, ``MultiModalVectorStoreIndex`` with our image encoder. Stock nodes carry their round's timestamp
+in their text, ``[2024-06-17] text``, as V-Mem's units are searched, so the same words meet the question
+(the ``-units`` extras carry it as LLM metadata alone); both contexts tell the model when each item was said.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar, Union
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -67,9 +68,10 @@ RUNGS = {
     "pool20": Rung(dict(_FULL, candidate_pool=20)),
     "before-35": Rung(dict(_FULL, candidate_pool=20), (("bm25_b", 0.75), ("dated_units", False))),
 }
-#: ``-units`` variants index V-Mem's units (user span, assistant span, caption) and are scored by their rounds,
-#: as vmem-bench did before issue 35: a labelled extra. The plain names index what a user would: on LoCoMo one
-#: node per turn, ``[session date] Speaker: text [shares a photo: caption]``, scored on the turn ids returned.
+#: ``-units`` variants index V-Mem's units (user span, assistant span, caption), searched by their text alone
+#: and scored by their rounds, as vmem-bench did before issue 35: a labelled extra. The plain names index what
+#: a user would: on LoCoMo one node per turn, ``[session date] Speaker: text [shares a photo: caption]``, scored
+#: on the turn ids returned; on Mem-Gallery V-Mem's units, each after its round's date as V-Mem searches them.
 STOCK_SYSTEMS = ("stock-dense", "stock-bm25", "stock-fusion", "stock-multimodal",
                  "stock-dense-units", "stock-bm25-units", "stock-fusion-units")
 #: Stock systems whose dense text index can take the matching dense system's vectors (``dense_source``).
@@ -148,12 +150,14 @@ class BenchSystem(abc.ABC):
 class VMemSystem(BenchSystem):
     """V-Mem at one ablation rung; rungs share one ``VMemBuild``."""
 
-    def __init__(self, name: str, build: "VMemBuild", rung: str) -> None:
-        if build.options != dict(RUNGS[rung].build):
-            raise ValueError(f"rung {rung!r} queries a memory built with {dict(RUNGS[rung].build)}, not {build.options}")
+    def __init__(self, name: str, build: "VMemBuild", rung: Union[str, Rung]) -> None:
+        """``rung``: a name in ``RUNGS``, or a ``Rung`` of its own (a sweep's value of a build option)."""
+        rung = RUNGS[rung] if isinstance(rung, str) else rung
+        if build.options != dict(rung.build):
+            raise ValueError(f"{name} queries a memory built with {dict(rung.build)}, not {build.options}")
         self.name = name
         self.shared = build
-        self.overrides = RUNGS[rung].config
+        self.overrides = rung.config
 
     def build(self, conv: BenchConversation) -> int:
         return self.shared.build(conv)
@@ -275,27 +279,37 @@ def _unit_spans(conv: BenchConversation, unit: TextNode) -> List[Tuple[str, str]
     return line + [(key, i.image_id) for i in r.images if i.role == role]
 
 
-def unit_nodes(conv: BenchConversation) -> List[TextNode]:
+def unit_nodes(conv: BenchConversation, dated: bool = False) -> List[TextNode]:
     """The units V-Mem stores (user span, assistant span, image caption), as stock ``TextNode``s; ids
-    name the round and span, so stock ties break the same way in every run (random ids did not)."""
+    name the round and span, so stock ties break the same way in every run (random ids did not).
+
+    ``dated``: each unit's text starts with its round's date as V-Mem's searched text does,
+    ``[2024-06-17] text`` (``schema.encoding_text``), so dense and BM25 (which reads the embed text) see
+    the date V-Mem's units are searched with; else the date is LLM metadata alone and the units are
+    searched by their text (the ``-units`` variants)."""
     nodes: List[TextNode] = []
     for r in conv.rounds:
         pixels = {i.image_id: i.path for i in r.images if i.path}
-        nodes += [_stock_node(TextNode, r, span, id_=f"{r.key}/{span}", text=text)
+        nodes += [_stock_node(TextNode, r, span, dated, id_=f"{r.key}/{span}", text=text)
                   for span, text in r.spans.items() if span not in pixels and text.strip()]
-        nodes += [_stock_node(ImageNode, r, span, id_=f"{r.key}/{span}", text=r.spans[span], image_path=str(path))
+        nodes += [_stock_node(ImageNode, r, span, dated, id_=f"{r.key}/{span}", text=r.spans[span], image_path=str(path))
                   for span, path in pixels.items()]
     return nodes
 
 
-def _stock_node(node_class: Type[TextNode], r: BenchRound, span: Optional[str], **fields: Any) -> TextNode:
-    """A node of round ``r`` dated as a LlamaIndex app would date it: the round's timestamp is LLM
-    metadata, so it reaches the answering model with the node (as V-Mem's block header states when
-    a round was seen, DeliverMem's D3), and it is kept out of embeddings and BM25, so rankings are
-    the text's own."""
+def _stock_node(node_class: Type[TextNode], r: BenchRound, span: Optional[str], dated: bool = False,
+                **fields: Any) -> TextNode:
+    """A node of round ``r`` dated as a LlamaIndex app would date it, so the date reaches the answering
+    model with the node (as V-Mem's block header states when a round was seen, DeliverMem's D3):
+    ``dated``, in its text, searched and delivered; else as LLM metadata, kept out of embeddings and
+    BM25, so rankings are the text's own."""
     metadata = {schema.ROUND_KEY: r.key, SPAN: span} | ({schema.TIMESTAMP: r.timestamp} if r.timestamp else {})
-    return node_class(metadata=metadata, excluded_embed_metadata_keys=list(metadata),
+    node = node_class(metadata=metadata, excluded_embed_metadata_keys=list(metadata),
                       excluded_llm_metadata_keys=[schema.ROUND_KEY, SPAN], **fields)
+    if dated:  # the date once, in the text: not again as metadata
+        node.text = schema.encoding_text(node, dated=True)
+        node.excluded_llm_metadata_keys = list(metadata)
+    return node
 
 
 def turn_nodes(conv: BenchConversation) -> List[TextNode]:
@@ -318,7 +332,8 @@ def turn_nodes(conv: BenchConversation) -> List[TextNode]:
 
 class StockSystem(BenchSystem):
     """A stock LlamaIndex retriever over the nodes a user would make (``turn_nodes`` on LoCoMo, V-Mem's units
-    elsewhere and for the ``-units`` variants); context filled to vmem's token count."""
+    dated as V-Mem searches them elsewhere; the ``-units`` variants: V-Mem's units searched by their text
+    alone); context filled to vmem's token count."""
 
     def __init__(self, name: str, embed_model: Optional[BaseEmbedding], image_encoder: Optional[MultiModalEmbedding]) -> None:
         self.name = name
@@ -339,7 +354,10 @@ class StockSystem(BenchSystem):
     def build(self, conv: BenchConversation, vectors: Optional[Dict[str, List[float]]] = None) -> int:
         """Index ``conv``'s units; ``vectors`` (by node id) are taken as they are instead of encoding
         again, as ``VectorStoreIndex`` takes a node's ``embedding``."""
-        nodes = turn_nodes(conv) if conv.benchmark == "locomo" and self.kind == self.name else unit_nodes(conv)
+        if self.kind != self.name:
+            nodes = unit_nodes(conv)
+        else:
+            nodes = turn_nodes(conv) if conv.benchmark == "locomo" else unit_nodes(conv, dated=True)
         for node in nodes:
             node.embedding = (vectors or {}).get(node.node_id)
         self.retrievers[conv.name] = self._retriever(conv.name, nodes)
@@ -398,7 +416,7 @@ class StockSystem(BenchSystem):
 
     def fill_rounds(self, conv: BenchConversation, ranking: List[str], budget: Optional[int]) -> List[str]:
         """Whole rounds in rank order to ``budget`` tokens, each rendered as V-Mem renders a round and
-        dated as a stock unit is: the stock ranking at V-Mem's granularity, so only which rounds are chosen differs."""
+        dated by its timestamp as LLM metadata: the stock ranking at V-Mem's granularity, so only which rounds are chosen differs."""
         return fill_to_budget([(key, self._round_text(conv, key)) for key in ranking], budget)[1]  # ranking is deduplicated
 
     def _round_text(self, conv: BenchConversation, key: str) -> str:
