@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import AbstractSet, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
+from typing import AbstractSet, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
 from . import schema
 from .store.base import Hit, ranked
@@ -29,9 +29,10 @@ class Fused:
     best_units: Dict[str, Hit] = field(default_factory=dict)
     #: The candidate round just before this one whose score this one carries (``carry_forward``).
     follows: Optional[str] = None
-    #: Every unit of this round that some signal's candidate pool held (unit id -> its role and image id),
-    #: best first: which parts of the round matched, for callers that score or show finer than rounds.
-    pool_units: Dict[str, Dict[str, Optional[str]]] = field(default_factory=dict)
+    #: Every unit of this round that some signal's candidate pool held (unit id -> its role, image id and
+    #: the signals that held it), best first: which parts of the round matched, for callers that score
+    #: or show finer than rounds.
+    pool_units: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
     @property
     def round_id(self) -> str:
@@ -74,15 +75,17 @@ def rrf(rankings: Mapping[str, Sequence[Hit]], kappa: int, key: Callable[[Hit], 
     return sorted(fused.values(), key=lambda r: (-r.score, r.ranks.get(tie_break or "", math.inf), r.seq))
 
 
-def note_pool_units(fused: Sequence[Fused], found: Iterable[Sequence[Hit]], key: Callable[[Hit], str] = round_of) -> None:
-    """Fill each entry's ``pool_units`` from every signal's candidates (``found``), best rank first,
-    a tie in rank in signal order."""
+def note_pool_units(fused: Sequence[Fused], found: Mapping[str, Sequence[Hit]], key: Callable[[Hit], str] = round_of) -> None:
+    """Fill each entry's ``pool_units`` from every signal's candidates (``found``, by signal name),
+    best rank first, a tie in rank in signal order; each unit names the signals that held it."""
     entries = {entry.id: entry for entry in fused}
-    pooled = [(rank, hit) for hits in found for rank, hit in enumerate(ranked(list(hits)))]
-    for _, hit in sorted(pooled, key=lambda p: p[0]):
+    pooled = [(rank, name, hit) for name, hits in found.items() for rank, hit in enumerate(ranked(list(hits)))]
+    for _, name, hit in sorted(pooled, key=lambda p: p[0]):
         entry = entries.get(key(hit))
         if entry is not None:
-            entry.pool_units.setdefault(hit.id, {"role": hit.payload.get(schema.ROLE), "image_id": hit.payload.get(schema.IMAGE_ID)})
+            about = entry.pool_units.setdefault(hit.id, {"role": hit.payload.get(schema.ROLE), "image_id": hit.payload.get(schema.IMAGE_ID),
+                                                         "signals": []})
+            about["signals"].append(name)
 
 
 def carry_forward(fused: Sequence[Fused], links: Mapping[str, str], shares: Mapping[str, float],

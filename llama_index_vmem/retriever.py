@@ -204,7 +204,7 @@ class VMemRetriever(BaseRetriever):
         found = {s.name: self._search(s, anchors[s.anchor], eligible, pool) for s in plan.signals}
         rankings = {name: rank_rounds(hits, key) for name, hits in found.items()}
         fused = rrf(rankings, plan.config.rrf_kappa, key, plan.tie_break)
-        note_pool_units(fused, found.values(), key)
+        note_pool_units(fused, found, key)
         payloads: Dict[str, Mapping[str, Any]] = {}
         if plan.follow_up_weight or plan.answer_weight:
             payloads = neighbours.round_payloads(self._index, [r.id for r in fused])

@@ -83,16 +83,17 @@ def test_a_judge_reply_is_read_or_scored_zero_never_an_error(reply, score):
     assert parse_memgallery_judge(reply) == score
 
 
-def test_locomo_splits_score_each_split_of_the_conversations_apart():
+def test_splits_score_each_split_of_the_conversations_apart():
     """Hand-computed: conv-1 (tuned) finds its one gold turn, conv-2 (held out) half of its two."""
     import runpy
     from pathlib import Path
 
-    splits = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "locomo_splits.py"))
+    splits = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "splits.py"))
     rows = [{"qid": "conv-1#0", "category": "temporal", "retrieved": ["D1:1", "D1:2"], "gold": ["D1:2"]},
             {"qid": "conv-2#0", "category": "multi-hop", "retrieved": ["D1:1", "D1:3"], "gold": ["D1:3", "D2:1"]},
             {"qid": "conv-2#1", "category": "temporal", "retrieved": ["D1:1"], "gold": []}]
     lines = splits["table"]({"k": 10, "vmem": {"per_question": rows}}, ["conv-2"])
-    assert lines[2:] == ["| vmem | tuned (1) | 1.000 / 1.000 | nan | 1.000 | nan | nan |",
-                         "| vmem | held out (1) | 0.500 / 1.000 | 0.500 | nan | nan | nan |",
-                         "| vmem | all (2) | 0.750 / 1.000 | 0.500 | 1.000 | nan | nan |"]
+    assert lines[0] == "| system | split (questions) | R@K / Hit@K | multi-hop R (n) | temporal R (n) |"
+    assert lines[2:] == ["| vmem | tuned (1) | 1.000 / 1.000 | - | 1.000 (1) |",
+                         "| vmem | held out (1) | 0.500 / 1.000 | 0.500 (1) | - |",
+                         "| vmem | all (2) | 0.750 / 1.000 | 0.500 (1) | 1.000 (1) |"]

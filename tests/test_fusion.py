@@ -163,8 +163,9 @@ def test_a_hyde_bundle_is_searched_densely_by_its_embedding_strings_as_the_stock
 
 
 def test_a_returned_round_names_every_unit_a_signal_found_best_first(make_index):
-    """``pool_units`` says which parts of a round matched (any signal's candidates), not only each
-    signal's best unit (``matched_units``): a caller that shows or scores finer than rounds reads it."""
+    """``pool_units`` says which parts of a round matched (any signal's candidates) and by which
+    signals, not only each signal's best unit (``matched_units``): a caller that shows or scores
+    finer than rounds reads it."""
     index = make_index()
     index.add_rounds([{"user": "I adopted a cat called Mochi.", "assistant": "Mochi is a lovely name for a cat.",
                        "session_id": "D1"},
@@ -175,3 +176,6 @@ def test_a_returned_round_names_every_unit_a_signal_found_best_first(make_index)
     assert set(top["matched_units"].values()) <= {u["unit"] for u in top["pool_units"]}
     assert top["pool_units"][0]["unit"] in top["matched_units"].values(), "best first"
     assert all(u["image_id"] is None for u in top["pool_units"])
+    for signal, unit in top["matched_units"].items():
+        assert signal in next(u["signals"] for u in top["pool_units"] if u["unit"] == unit)
+    assert all(set(u["signals"]) <= set(top["ranks"]) for u in top["pool_units"])

@@ -91,8 +91,9 @@ def _parser() -> argparse.ArgumentParser:
                             "(default: %(default)s)")
         b.add_argument("--config", default="anchors", metavar="RUNGS",
                        help="vmem rungs to run, a comma list: vanilla, routing, rounds, anchors (the paper's ablation; "
-                            "anchors is the full system); undated, bm25-b0.75, pool20 (the full system less one later "
-                            "change: dated units, BM25 b=0, a candidate pool of 12), before-35 (less all three); or "
+                            "anchors is the full system); undated, bm25-b0.75, pool20, no-reply-context, no-answer-carry "
+                            "(the full system less one idea: dated units, BM25 b=0, a candidate pool of 12 rather than 20, "
+                            "the reply-context search, the answer carry), less-all (less all five); or "
                             "'ladder' for all. anchors is reported as 'vmem', the others as 'vmem-RUNG' (default: %(default)s)")
         b.add_argument("--systems", default=DEFAULT_SYSTEMS, metavar="NAMES",
                        help="systems to compare, a comma list of vmem, stock-dense, stock-bm25, stock-fusion, "

@@ -56,8 +56,8 @@ class Rung:
 
 _FULL = dict(routing=True, round_level=True, anchors=True)
 #: The ablation ladder. The first four are the paper's Table 3 (``anchors`` is the full system); the
-#: rest take one later idea out of the full system each, so each idea's effect is measured alone, and
-#: ``before-35`` takes all of them out (vmem as it was before issue 35).
+#: rest take one idea beyond the paper out of the full system each, so each idea's effect is measured
+#: alone, and ``less-all`` takes all of them out.
 RUNGS = {
     "vanilla": Rung(dict(routing=False, round_level=False, anchors=False)),
     "routing": Rung(dict(routing=True, round_level=False, anchors=False)),
@@ -66,7 +66,10 @@ RUNGS = {
     "undated": Rung(_FULL, (("dated_units", False),)),
     "bm25-b0.75": Rung(_FULL, (("bm25_b", 0.75),)),
     "pool20": Rung(dict(_FULL, candidate_pool=20)),
-    "before-35": Rung(dict(_FULL, candidate_pool=20), (("bm25_b", 0.75), ("dated_units", False))),
+    "no-reply-context": Rung(_FULL, (("reply_context", False),)),
+    "no-answer-carry": Rung(dict(_FULL, answer_weight=0.0)),
+    "less-all": Rung(dict(_FULL, candidate_pool=20, answer_weight=0.0),
+                     (("bm25_b", 0.75), ("dated_units", False), ("reply_context", False))),
 }
 #: ``-units`` variants index V-Mem's units (user span, assistant span, caption), searched by their text alone
 #: and scored by their rounds, as vmem-bench did before issue 35: a labelled extra. The plain names index what
