@@ -126,6 +126,7 @@ class RoundMemory:
             self._parser = RoundNodeParser(memory_id=memory_id, image_dir=str(self.image_dir), transcriber=transcriber)
             self._tempdir = owns_tempdir
             self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
+            self._encode_query_pixels = lru_cache(maxsize=8)(self._embed_query_pixels)
             self.lane_dims = self._dims()
             #: How units are encoded (``encoders.BUILD_DEFAULTS``): as asked, else as the store was built.
             self.build_options = resolve_build_options(store.recorded_manifest(), bm25_b=bm25_b, dated_units=dated_units,
@@ -517,14 +518,21 @@ class RoundMemory:
 
     def clear_query_cache(self) -> None:
         self._encode_query_text.cache_clear()
+        self._encode_query_pixels.cache_clear()
 
     def load_query_image(self, image: str) -> image_io.LoadedImage:
         """The query image read within the memory's fence and checked; bad input names "query image"."""
         return image_io.validate("query image", image_io.read_source("query image", **_image_source(image),
                                                                      fence=self.image_fence))
 
+    def _embed_query_pixels(self, data: bytes) -> Tuple[float, ...]:
+        return tuple(self.image_encoder.get_image_embedding(io.BytesIO(data)))
+
     def encode_query_image(self, image: str) -> List[float]:
-        return self.image_encoder.get_image_embedding(io.BytesIO(self.load_query_image(image).data))
+        """Query image embedding, cached by the picture's bytes: one question's visual searches (the
+        visual signal, the words borrowed from the picture it looks like) encode it once, and an
+        edited file is encoded anew."""
+        return list(self._encode_query_pixels(self.load_query_image(image).data))
 
     def get_rounds(self, round_ids: Iterable[str]) -> Dict[str, TextNode]:
         """Round nodes by id (ids of other memories are simply not found)."""
