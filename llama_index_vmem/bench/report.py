@@ -25,7 +25,7 @@ CONTEXT_LEGEND = (
 RANKING_LEGEND = (
     "Ranked ids: a stock system is scored on the ids of the nodes it returns: on LoCoMo stock-dense, stock-bm25 and "
     "stock-fusion index one node per turn, '[session date] Speaker: text [shares a photo: caption]', as a LlamaIndex "
-    "user would; the -units variants index V-Mem's units and are scored by their rounds (vmem-bench before issue 35). "
+    "user would; the -units variants index V-Mem's units, searched by their text alone, and are scored by their rounds. "
     "vmem returns rounds: its ids are each returned round's matched turns (those whose units a signal's candidates "
     "held, metadata['vmem']['pool_units']) in rank order, then the rest of those rounds' turns. *_whole_rounds, for "
     "every system that ranks finer than rounds: the rounds of its ranking, each expanded whole in turn order. On "

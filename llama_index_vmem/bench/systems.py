@@ -72,7 +72,7 @@ RUNGS = {
                      (("bm25_b", 0.75), ("dated_units", False), ("reply_context", False))),
 }
 #: ``-units`` variants index V-Mem's units (user span, assistant span, caption), searched by their text alone
-#: and scored by their rounds, as vmem-bench did before issue 35: a labelled extra. The plain names index what
+#: and scored by their rounds: a labelled extra. The plain names index what
 #: a user would: on LoCoMo one node per turn, ``[session date] Speaker: text [shares a photo: caption]``, scored
 #: on the turn ids returned; on Mem-Gallery V-Mem's units, each after its round's date as V-Mem searches them.
 STOCK_SYSTEMS = ("stock-dense", "stock-bm25", "stock-fusion", "stock-multimodal",
