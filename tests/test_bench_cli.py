@@ -194,7 +194,9 @@ def test_qa_answers_with_the_answer_prompt_and_judges_with_the_benchmark_prompt(
     asked_with_image = {q.qid for path in DIALOGS[:2] for q in load_memgallery(path).questions if q.image_caption or q.image_path}
     with_image = [q for q in results["vmem"]["per_question"] if q["qid"] in asked_with_image]
     systems = [name for name, block in results.items() if isinstance(block, dict) and "per_question" in block]
-    assert len(systems) == 11, "the eight rungs of the ladder and three stock systems"
+    from llama_index_vmem.bench.systems import RUNGS
+
+    assert len(systems) == len(RUNGS) + 3, "every rung of the ladder and three stock systems"
     assert with_image and len(noted) == len(with_image) * len(systems), "each system answers a question asked with an image with its note"
 
 
