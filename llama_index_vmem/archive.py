@@ -28,7 +28,7 @@ from .encoders.bm25 import Sparse
 from .errors import VMemInputError
 from .lifecycle import check_id
 from .store import Collection, LaneDims, PointData
-from .store.base import MAX_SEQ
+from .store.base import MAX_SEQ, SPARSE_VECTORS
 
 if TYPE_CHECKING:
     from .round_memory import RoundMemory
@@ -57,9 +57,6 @@ MAX_INFLATION = 50
 MIN_UNPACKED_LIMIT = 64 * 1024 * 1024
 #: The lane each unit collection holds, as an add writes it in ``modality``.
 LANES = {Collection.TEXT: schema.Lane.TEXT.value, Collection.IMAGE: schema.Lane.IMAGE.value}
-#: The sparse vectors each collection's points may carry.
-SPARSE_NAMES = {Collection.TEXT: (schema.TEXT_SPARSE, schema.TEXT_CONTEXT_SPARSE), Collection.IMAGE: (schema.TEXT_SPARSE,),
-                Collection.ROUNDS: ()}
 
 
 def archive_path(path: Union[str, os.PathLike]) -> Path:
@@ -300,7 +297,7 @@ def _check_point(c: Collection, p: PointData, sizes: Dict[str, int]) -> None:
     if c in LANES:
         _check_unit(c, p)
     for name, v in p.vectors.items():
-        _check_vector(p, name, v, sizes, SPARSE_NAMES[c])
+        _check_vector(p, name, v, sizes, SPARSE_VECTORS[c])
 
 
 def _check_unit(c: Collection, p: PointData) -> None:

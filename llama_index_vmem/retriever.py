@@ -208,11 +208,19 @@ class VMemRetriever(BaseRetriever):
         payloads: Dict[str, Mapping[str, Any]] = {}
         if plan.follow_up_weight or plan.answer_weight:
             payloads = neighbours.round_payloads(self._index, [r.id for r in fused])
-            links = neighbours.rounds_after(payloads)
-            answers = {rid for rid, before in links.items() if plan.answer_weight and plan.asks.search(payloads[before].get(schema.TEXT, ""))}
-            photos = {rid: plan.follow_up_weight for rid in links if payloads[rid].get(schema.IMAGE_IDS)}
-            fused = carry_forward(fused, links, {**photos, **dict.fromkeys(answers, plan.answer_weight)}, answers)
+            fused = carry_forward(fused, *self._carries(plan, payloads))
         return rankings, fused, payloads
+
+    @staticmethod
+    def _carries(plan: RoutePlan, payloads: Mapping[str, Mapping[str, Any]]) -> Tuple[Dict[str, str], Dict[str, float], Set[str]]:
+        """What ``carry_forward`` moves among the candidates: each one's previous round, the share it
+        carries (a photo round ``follow_up_weight``, an answer to a question ``answer_weight``, the
+        larger where it is both), and the answers, which may pass the question."""
+        links = neighbours.rounds_after(payloads)
+        answers = {rid for rid, before in links.items() if plan.answer_weight and plan.asks.search(payloads[before].get(schema.TEXT, ""))}
+        shares = {rid: max(plan.follow_up_weight if payloads[rid].get(schema.IMAGE_IDS) else 0.0,
+                           plan.answer_weight if rid in answers else 0.0) for rid in links}
+        return links, shares, answers
 
     def _anchor(self, anchor: Anchor, query: QueryBundle, plan: RoutePlan) -> AnchorValue:
         config = plan.config

@@ -180,28 +180,28 @@ class ModalityRouter:
         if not config.routing:
             reasons.append("routing off (ablation): every signal, raw query, no filter or aggregation")
             aggregation = wants_image = counting = False
+        replies = config.round_level and not wants_image  # a question for words, answered by whole rounds
         if has_image and wants_image:
             case = Case.IMAGE_TEXT_TO_IMAGE
             signals = _visual_signals(has_pixels)
         elif has_image:
             case = Case.IMAGE_TEXT_TO_TEXT
-            signals = _visual_signals(has_pixels) + _text_signals(enriched, config.round_level)
+            signals = _visual_signals(has_pixels) + _text_signals(enriched, replies)
         elif wants_image:
             case = Case.TEXT_TO_IMAGE
             gate = counting and config.hypo_caption_counting_gate
             if gate:
                 reasons.append("counting question: hypo-caption skipped")
-            signals = _text_signals(Anchor.QUERY, replies=False) + _caption_signals(Anchor.QUERY if gate else hypo)
+            signals = _text_signals(Anchor.QUERY, replies) + _caption_signals(Anchor.QUERY if gate else hypo)
         else:
             case = Case.TEXT_TO_TEXT
-            signals = _text_signals(Anchor.QUERY, config.round_level)
+            signals = _text_signals(Anchor.QUERY, replies)
         if not config.routing:
-            signals = _text_signals(Anchor.QUERY, config.round_level) + _caption_signals(Anchor.QUERY) + (_visual_signals(has_pixels) if has_image else ())
+            signals = _text_signals(Anchor.QUERY, replies) + _caption_signals(Anchor.QUERY) + (_visual_signals(has_pixels) if has_image else ())
         follow_up_weight = config.follow_up_weight if case is Case.TEXT_TO_TEXT and config.round_level else 0.0
         if follow_up_weight:
             reasons.append("text->text: image rounds carry a share of the round before them")
-        text_target = case in (Case.TEXT_TO_TEXT, Case.IMAGE_TEXT_TO_TEXT)
-        answer_weight = config.answer_weight if text_target and config.round_level else 0.0
+        answer_weight = config.answer_weight if replies else 0.0
         if answer_weight:
             reasons.append("text target: a round answering the question the round before it asks carries a share of it")
         if aggregation:

@@ -163,6 +163,15 @@ class Hit:
     payload: Dict[str, Any]
 
 
+#: The sparse (BM25) vectors each collection's points may carry: every lane its units' words, the
+#: text lane also each unit read after the exchange before it.
+SPARSE_VECTORS: Dict[Collection, Tuple[str, ...]] = {
+    Collection.TEXT: (schema.TEXT_SPARSE, schema.TEXT_CONTEXT_SPARSE),
+    Collection.IMAGE: (schema.TEXT_SPARSE,),
+    Collection.ROUNDS: (),
+}
+
+
 @dataclass(frozen=True)
 class LaneDims:
     """Vector layout fixed when the collections are created."""

@@ -20,7 +20,7 @@ from .. import schema
 from ..encoders import encoder_differences, same_encoders
 from ..encoders.bm25 import Sparse
 from ..images import write_atomically
-from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
+from .base import SPARSE_VECTORS, Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
 logger = logging.getLogger(__name__)
 
@@ -243,11 +243,10 @@ def _sizes(dims: LaneDims) -> Dict[str, int]:
 
 
 def _config(collection: Collection, dims: LaneDims) -> qe.EdgeConfig:
-    sparse = {schema.TEXT_SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
+    sparse = {name: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf) for name in SPARSE_VECTORS[collection]}
     text = qe.EdgeVectorParams(size=dims.text, distance=qe.Distance.Cosine)
     if collection is Collection.TEXT:
-        context = {schema.TEXT_CONTEXT_SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
-        return qe.EdgeConfig(vectors={schema.TEXT_DENSE: text}, sparse_vectors={**sparse, **context})
+        return qe.EdgeConfig(vectors={schema.TEXT_DENSE: text}, sparse_vectors=sparse)
     if collection is Collection.IMAGE:
         vectors = {schema.TEXT_DENSE: text, schema.VISUAL: qe.EdgeVectorParams(size=dims.visual, distance=qe.Distance.Cosine)}
         if dims.regions:

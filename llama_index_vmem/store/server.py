@@ -19,7 +19,7 @@ from qdrant_client.qdrant_remote import QdrantRemote
 from .. import schema
 from ..encoders import encoder_differences, same_encoders
 from ..encoders.bm25 import Sparse
-from .base import Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
+from .base import SPARSE_VECTORS, Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
 #: Points per upsert request. A server refuses requests over its size limit (32 MB by default);
 #: an image point with region tiles is about 160 kB as JSON, so 64 of them stay well under it.
@@ -185,10 +185,7 @@ def _dense_config(c: Collection, dims: LaneDims) -> Dict[str, models.VectorParam
 
 
 def _sparse_config(c: Collection) -> Optional[Dict[str, models.SparseVectorParams]]:
-    if c is Collection.ROUNDS:
-        return None
-    names = (schema.TEXT_SPARSE, schema.TEXT_CONTEXT_SPARSE) if c is Collection.TEXT else (schema.TEXT_SPARSE,)
-    return {name: models.SparseVectorParams(modifier=models.Modifier.IDF) for name in names}
+    return {name: models.SparseVectorParams(modifier=models.Modifier.IDF) for name in SPARSE_VECTORS[c]} or None
 
 
 def _payload_indexes() -> Dict[str, Any]:
