@@ -23,7 +23,7 @@ from .encoders import BUILD_DEFAULTS, resolve_build_options
 from .errors import VMemInputError
 from .node_parser import Transcriber
 from .round_memory import MAX_MEMORY_ID_CHARS, RoundMemory, check_memory_id, manifest_of
-from .store import LaneStore, ServerLaneStore, open_edge_store
+from .store import LaneStore, open_edge_store
 
 if TYPE_CHECKING:
     from .chat_engine import VMemChatEngine
@@ -119,6 +119,8 @@ class VMemIndex(RoundMemory):
                 from qdrant_client import QdrantClient
 
                 client = QdrantClient(url=url, api_key=api_key)
+            from .store.server import ServerLaneStore  # qdrant-client loads in a second: only for a server
+
             store: LaneStore = ServerLaneStore(client, prefix=collection_prefix, owns_client=owns_client)
             if image_dir is None:
                 if path is None:
