@@ -79,7 +79,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                 print(f"   anchor:  {anchor.value} = {value.text[:60]!r} ({value.source})")
             for n in result.nodes:
                 if isinstance(n.node, ImageNode):
-                    print(f"            image {n.node.metadata['image_id']}  {n.node.image_path}")
+                    print(f"            image {n.node.metadata['image_id']} ({n.node.metadata['vmem']['match']})  {n.node.image_path}")
                 else:
                     ranks = n.node.metadata["vmem"]["ranks"]
                     print(f"   round {n.node.metadata['round_key']:6} score {n.score:.4f} ranks {ranks}")

@@ -88,6 +88,14 @@ class RetrievalResult:
         return sum(a.seconds for a in self.anchors.values())
 
 
+def picture_match(picture: ImageNode, returned_with: TextNode) -> str:
+    """How a picture returned with a round says whose it is: "picture of D2:3", or, for a picture a
+    round without one borrowed from a neighbour, "picture of D2:3, next to D2:2". It is always named
+    by the round it was shared in, so no one reads the horse as the satellite round's."""
+    owner, beside = picture.metadata[schema.ROUND_KEY], returned_with.metadata[schema.ROUND_KEY]
+    return f"picture of {owner}" if owner == beside else f"picture of {owner}, next to {beside}"
+
+
 def check_query(query: Any) -> QueryType:
     """``query`` if it is a string or a ``QueryBundle``: anything else is refused before LlamaIndex's
     events see it, which would fail on it with a validation or attribute error naming no query."""
@@ -329,7 +337,7 @@ class VMemRetriever(BaseRetriever):
                        for a, v in anchors.items()}
 
         def explained(node: Any, fused: Fused, match: str = "retrieved") -> NodeWithScore:
-            """``match``: "retrieved", or for a picture returned with a round, "picture of <round key>"."""
+            """``match``: "retrieved", or for a picture returned with a round, ``picture_match``."""
             if not isinstance(node, ImageNode):  # an image's hash leaves its metadata out already
                 node = ExplainedNode(**node.__dict__)
             node.metadata[EXPLAIN_KEY] = {
@@ -360,13 +368,16 @@ class VMemRetriever(BaseRetriever):
                                              self.filter.time_range)
         out: List[NodeWithScore] = []
         listed: Set[str] = set()
+        returned = {f.id for f in top if f.id in rounds}
         for fused in top:
             node = rounds.get(fused.id)
             if node is None:  # a round whose write never finished is not part of the memory
                 continue
             out.append(explained(node, fused))
             for img in images.get(fused.id, []):
-                if img.node_id not in listed:  # a picture that several rounds return follows the best of them
-                    listed.add(img.node_id)
-                    out.append(explained(img, fused, f"picture of {node.metadata[schema.ROUND_KEY]}"))
+                owner = img.metadata[schema.ROUND_ID]
+                if img.node_id in listed or (owner != fused.id and owner in returned):
+                    continue  # a picture follows its own round where that round is returned, else the best that borrowed it
+                listed.add(img.node_id)
+                out.append(explained(img, fused, picture_match(img, node)))
         return out

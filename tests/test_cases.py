@@ -108,6 +108,35 @@ def test_text_to_image_hypo_caption_finds_the_image(make_index, minilm, photos, 
     assert result.nodes[0].node.metadata[EXPLAIN_KEY]["anchors"]["hypo_caption"]["source"] == "llm"
 
 
+def test_a_borrowed_picture_is_shown_with_the_round_that_owns_it(make_index, photos):
+    """A round without a picture lends its neighbours' (image_filter_window). Where the owner is
+    returned too, the picture follows its owner; where it is not, it follows the borrower and says
+    whose it is. The horse is never shown as the satellite round's."""
+    index = make_index()
+    index.add_rounds([
+        _round("D2:1", "We drove to the coast to watch a launch.", "Which rocket was it?",
+               [{"image_id": "D2:IMG_001", "path": str(photos["rocket"]), "caption": "a rocket on a launch pad"}]),
+        _round("D2:2", "A small satellite launch by a private company.", "Those are getting common now."),
+        _round("D2:3", "Then I went riding at my aunt's ranch.", "What is the horse called?",
+               [{"image_id": "D2:IMG_002", "path": str(photos["horse"]), "caption": "a horse silhouette on white"}]),
+    ])
+
+    def shown(k):
+        out, current = [], None
+        for n in index.as_retriever(k=k).retrieve("Which photo is of the private company's small satellite?"):
+            if isinstance(n.node, ImageNode):
+                out.append((current, n.node.metadata["image_id"], n.node.metadata[EXPLAIN_KEY]["match"]))
+            else:
+                current = n.node.metadata["round_key"]
+        return out
+
+    every = shown(3)
+    assert sorted(every) == [("D2:1", "D2:IMG_001", "picture of D2:1"), ("D2:3", "D2:IMG_002", "picture of D2:3")], every
+    alone = shown(1)  # the satellite round alone: what it borrows follows it, named by its owner
+    owners = {"D2:IMG_001": "D2:1", "D2:IMG_002": "D2:3"}
+    assert alone and all(r == "D2:2" and m == f"picture of {owners[i]}, next to D2:2" for r, i, m in alone), alone
+
+
 def test_image_text_to_text_enriched_anchor_reaches_evidence(make_index, minilm, photos, scripted_llm):
     """Case 3: neither the question nor the photo names the entrepreneur; the image's keywords do."""
     rounds = _filler("D1") + [

@@ -584,9 +584,10 @@ def test_a_prompt_naming_the_variables_through_template_var_mappings_is_accepted
 
 
 @pytest.mark.parametrize("delivery", ["text", "pixels"])
-def test_an_image_several_retrieved_rounds_return_is_listed_once_after_the_best_of_them(make_index, photos, scripted_llm, delivery):
+def test_an_image_several_retrieved_rounds_return_is_listed_once_after_its_own_round(make_index, photos, scripted_llm, delivery):
     """A round without a picture returns its neighbours' (Appendix B): with those neighbours retrieved
-    too, their pictures were listed once per round in the nodes and in the answer's sources."""
+    too, their pictures were listed once per round in the nodes and in the answer's sources. Each is
+    listed once, after the round it was shared in."""
     index = make_index()
     index.add_rounds([
         {"user": "Here is my new cat!", "assistant": "A tabby!", "session_id": "D1",
@@ -598,7 +599,7 @@ def test_an_image_several_retrieved_rounds_return_is_listed_once_after_the_best_
     question = "show me the photo of Mochi"
     result = index.as_retriever(k=3).retrieve_with_plan(question)
     listed = [n.node.metadata.get("image_id") or n.node.metadata["round_key"] for n in result.nodes]
-    assert listed == ["D1:2", "D1:IMG_001", "D1:IMG_002", "D1:1", "D1:3"]
+    assert listed == ["D1:2", "D1:1", "D1:IMG_001", "D1:3", "D1:IMG_002"]
     response = index.as_query_engine(llm=scripted_llm(default="D1:IMG_001"), delivery=delivery, k=3).query(question)
     assert [n.node.metadata.get("image_id") for n in response.source_nodes] == [None, "D1:IMG_001", "D1:IMG_002"]
 
