@@ -1,7 +1,7 @@
 """``vmem-bench``: V-Mem against the stock LlamaIndex retrievers, in one command and one run.
 
-    vmem-bench memgallery ../shared/data/memgallery/dialog --out results.json --report report.md
-    vmem-bench locomo ../shared/data/locomo/locomo_dev.json
+    vmem-bench memgallery MEMGALLERY/dialog --out results.json --report report.md
+    vmem-bench locomo LOCOMO/locomo10.json
     vmem-bench compare a.json b.json --metric judge
 
 Only the standard library is imported at start-up, so ``--help`` answers at once; LlamaIndex, torch
@@ -144,7 +144,9 @@ def _parser() -> argparse.ArgumentParser:
         "compare", formatter_class=raw, help="paired bootstrap CI and sign-flip p-value between two results files",
         description=_wrapped("Is one system better than another on the same questions? Pairs the per-question "
                              "scores of two results files (or of two systems in one) and prints, as JSON, the mean "
-                             "difference, its 95% bootstrap confidence interval and a sign-flip p-value."))
+                             "difference, its 95% bootstrap confidence interval and a sign-flip p-value. n counts "
+                             "the questions both files scored; questions says how many both asked and why the rest "
+                             "were not scored."))
     c.add_argument("a", type=Path, metavar="A", help="the first results file (the --out of a vmem-bench run)")
     c.add_argument("b", type=Path, metavar="B", help="the second results file, of the same benchmark and K (may be A)")
     c.add_argument("--system", default="vmem", help="the system to compare, in A (default: %(default)s)")

@@ -87,7 +87,6 @@ NOT_ASKED_ADVERSARIAL = ("adversarial: the answer is in no turn, so there is not
                          "as is common practice for LoCoMo")
 #: Why an asked question is not scored for ranking and context.
 NOT_SCORED_NO_EVIDENCE = "no evidence in the data, so nothing to retrieve"
-NOT_SCORED_NO_CONTEXT = "context not scored: vmem did not run, and stock contexts are filled to its size"
 
 
 def category_name(benchmark: str, code: str) -> str:

@@ -146,9 +146,7 @@ def _row(conv: BenchConversation, q: Any, outcome: QueryOutcome, scored_context:
 def score(run_: SystemRun, k: int) -> Dict[str, Any]:
     """``overall`` and ``per_category`` objects of results.json for one system."""
     table = summarize(run_.rows, k)
-    rename = {f"precision@{k}": "precision@k", f"recall@{k}": "recall@k", f"hit@{k}": "hit@k"}
-
-    rename["n"] = "scored"
+    rename = {f"precision@{k}": "precision@k", f"recall@{k}": "recall@k", f"hit@{k}": "hit@k", "n": "scored"}
 
     def block(rows: List[Dict[str, Any]], key: str) -> Dict[str, Any]:
         # a category whose questions all have an empty gold set has nothing to score (null, 0 scored)
@@ -227,7 +225,8 @@ def results_json(benchmark: str, k: int, conversations: Sequence[BenchConversati
            if mode == MIXED else {}),
         "conversations": [c.name for c in conversations],
         "malformed_evidence_ids": sum(c.malformed_evidence for c in conversations),
-        "questions": question_counts(conversations, scored_context=(extra or {}).get("context_budget_from") is not None),
+        "questions": question_counts(conversations, scored_context=any(
+            row["context_evidence_recall"] is not None for run_ in runs.values() for row in run_.rows)),
         **(extra or {}),
     }
     for name, run_ in runs.items():
