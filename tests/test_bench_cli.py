@@ -12,7 +12,7 @@ from conftest import BENCH_DATA as DATA
 
 from llama_index_vmem.bench import cli
 
-SYSTEM_KEYS = {"precision@k", "recall@k", "hit@k", "n", "context_evidence_recall", "context_tokens_mean"}
+SYSTEM_KEYS = {"precision@k", "recall@k", "hit@k", "asked", "scored", "context_evidence_recall", "context_tokens_mean"}
 COST_KEYS = {"build_seconds", "build_llm_tokens", "query_ms_p50", "query_ms_p95", "peak_rss_mb"}
 DIALOGS = sorted((DATA / "memgallery" / "dialog").glob("*.json"))
 JUDGE_PROMPT = DATA / "memgallery" / "prompts" / "llm_judge.txt"
@@ -42,7 +42,7 @@ def test_results_json_has_the_specified_shape(memgallery_run):
     for name in systems:
         overall = results[name]["overall"]
         assert SYSTEM_KEYS | COST_KEYS <= set(overall), name
-        assert 0 < overall["n"] <= 24
+        assert 0 < overall["scored"] <= overall["asked"] == results["questions"]["asked"] <= 24
         for block in results[name]["per_category"].values():
             assert SYSTEM_KEYS <= set(block)
     assert results["vmem"]["overall"]["build_llm_tokens"] == 0
@@ -328,7 +328,7 @@ def test_pixels_mode_runs_stock_multimodal_and_counts_delivered_images(tmp_path,
     assert results["image_mode"] == "pixels" and results["delivery"] == "pixels"
     assert results["vmem"]["overall"]["delivered_images_mean"] > 0
     assert results["vmem"]["per_category"]["TTL"]["hit@k"] == 1.0  # the query photo matches the stored one
-    assert results["stock-multimodal"]["overall"]["n"] == 2
+    assert results["stock-multimodal"]["overall"]["scored"] == 2
 
 
 @pytest.mark.slow
@@ -665,7 +665,7 @@ def test_a_run_without_vmem_scores_no_context_and_writes_into_new_folders(tmp_pa
     results = json.loads(out.read_text())
     assert len(DIALOGS) > 1 and results["conversations"] == [p.stem for p in DIALOGS], "each file once, in the order given"
     assert results["context_budget_from"] is None
-    assert results["stock-bm25"]["overall"]["context_evidence_recall"] is None and results["stock-bm25"]["overall"]["n"] > 0
+    assert results["stock-bm25"]["overall"]["context_evidence_recall"] is None and results["stock-bm25"]["overall"]["scored"] > 0
     assert "no context is scored" in report.read_text() and report.with_suffix(".png").exists()
     printed = capsys.readouterr().out
     assert "## Retrieval and context" in report.read_text() and "##" not in printed, "the report is not printed"

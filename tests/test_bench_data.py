@@ -120,6 +120,8 @@ def test_locomo_rounds_group_speaker_a_with_following_b_turns(tmp_path):
     assert conv.rounds[1].images[0].caption == "a photo of a dog" and conv.rounds[1].images[0].role == "assistant"
     assert conv.rounds[1].timestamp == "1:56 pm on 8 May, 2023"
     assert [q.category for q in conv.questions] == ["single-hop", "multi-hop"]  # adversarial excluded
+    [(reason, category)] = conv.not_asked  # and counted, with why, for the report
+    assert category == "adversarial" and conv.not_asked[reason, category] == 1 and "nothing to retrieve" in reason
     assert conv.questions[1].gold == ["D1:2", "D1:4", "D1:5"] and conv.questions[1].answer == "2022"
     assert conv.malformed_evidence == 3
     assert conv.turn_ids(["D1:2", "D1:5"]) == ["D1:2", "D1:3", "D1:4", "D1:5"]

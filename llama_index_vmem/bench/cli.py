@@ -1,7 +1,7 @@
 """``vmem-bench``: V-Mem against the stock LlamaIndex retrievers, in one command and one run.
 
-    vmem-bench memgallery ../shared/data/memgallery/dialog --out results.json --report report.md
-    vmem-bench locomo ../shared/data/locomo/locomo_dev.json
+    vmem-bench memgallery MEMGALLERY/dialog --out results.json --report report.md
+    vmem-bench locomo LOCOMO/locomo10.json
     vmem-bench compare a.json b.json --metric judge
 
 Only the standard library is imported at start-up, so ``--help`` answers at once; LlamaIndex, torch
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import logging
 import sys
@@ -19,11 +20,23 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional
 
+from . import legend
+
 if TYPE_CHECKING:
     from .data import BenchConversation
 
 logger = logging.getLogger("vmem_bench")
 DEFAULT_SYSTEMS = "vmem,stock-dense,stock-bm25,stock-fusion,stock-multimodal"
+#: What a benchmark run imports beyond the library's own dependencies, module: the distribution that
+#: provides it. The ``bench`` extra installs them all; a run checks for them before any work.
+BENCH_EXTRA: Dict[str, str] = {
+    "llama_index.retrievers.bm25": "llama-index-retrievers-bm25",
+    "bm25s": "bm25s",
+    "Stemmer": "PyStemmer",
+    "matplotlib": "matplotlib",
+}
+INSTALL_BENCH = 'pip install "llama-index-vmem[bench]"'
+INSTALL_BENCH_CLONE = 'pip install -e ".[bench]"'
 COMPARE_METRICS = ("hit, recall, precision (recomputed at the files' K), context_evidence_recall, "
                    "context_evidence_recall_any_part, context_evidence_recall_rounds, and with --qa judge, f1, bleu1, em "
                    "(and LoCoMo's locomo_f1)")
@@ -79,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
                                  "score the rankings (and, with --qa, the answers) by the benchmark's own metrics. "
                                  "Writes the results JSON (--out) and a Markdown report with a chart (--report), "
                                  "and prints one summary line."),
-            epilog=_wrapped("Data: " + DATA_SOURCES[name]))
+            epilog=_run_epilog(name))
         b.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                        help=f"{title} data: " + ("dialogue files (dialog/*.json) or folders; a folder stands for "
                                                  "the .json files in it (or in its dialog subfolder)" if memgallery else
@@ -90,14 +103,11 @@ def _parser() -> argparse.ArgumentParser:
                             + ("rounds" if memgallery else "turns") + "; vmem retrieves at least max(K, 12) rounds "
                             "(default: %(default)s)")
         b.add_argument("--config", default="anchors", metavar="RUNGS",
-                       help="vmem rungs to run, a comma list: vanilla, routing, rounds, anchors (the paper's ablation; "
-                            "anchors is the full system); undated, bm25-b0.75, pool20, no-reply-context, no-answer-carry "
-                            "(the full system less one idea: dated units, BM25 b=0, a candidate pool of 12 rather than 20, "
-                            "the reply-context search, the answer carry), less-all (less all five); or "
-                            "'ladder' for all. anchors is reported as 'vmem', the others as 'vmem-RUNG' (default: %(default)s)")
+                       help="V-Mem variants to run, a comma list of those named below, or 'ladder' for all of them; "
+                            "anchors, the full system, is reported as 'vmem', each other as 'vmem-NAME' "
+                            "(default: %(default)s)")
         b.add_argument("--systems", default=DEFAULT_SYSTEMS, metavar="NAMES",
-                       help="systems to compare, a comma list of vmem, stock-dense, stock-bm25, stock-fusion, "
-                            "stock-multimodal; stock-multimodal runs only where images have pixels (default: all)")
+                       help="systems to compare, a comma list of those named below (default: %(default)s)")
         if memgallery:
             b.add_argument("--image-root", type=Path, metavar="DIR",
                            help="folder holding the images when they are not where the JSON's paths point; an image "
@@ -126,14 +136,17 @@ def _parser() -> argparse.ArgumentParser:
                        help="where to write the Markdown report (tables overall and per category), with its "
                             "hit@k-per-category chart beside it as a PNG of the same name; the report is not "
                             "printed, only a summary line (default: %(default)s)")
-        b.add_argument("--no-progress", action="store_true", help="do not show progress bars")
+        b.add_argument("--no-progress", action="store_true",
+                       help="print only the summary line: no progress bars (warnings still go to stderr)")
         if not memgallery:  # LoCoMo's photos are captions and its judge is its own grading prompt
             b.set_defaults(image_root=None, judge_prompt=None)
     c = sub.add_parser(
         "compare", formatter_class=raw, help="paired bootstrap CI and sign-flip p-value between two results files",
         description=_wrapped("Is one system better than another on the same questions? Pairs the per-question "
                              "scores of two results files (or of two systems in one) and prints, as JSON, the mean "
-                             "difference, its 95% bootstrap confidence interval and a sign-flip p-value."))
+                             "difference, its 95% bootstrap confidence interval and a sign-flip p-value. n counts "
+                             "the questions both files scored; questions says how many both asked and why the rest "
+                             "were not scored."))
     c.add_argument("a", type=Path, metavar="A", help="the first results file (the --out of a vmem-bench run)")
     c.add_argument("b", type=Path, metavar="B", help="the second results file, of the same benchmark and K (may be A)")
     c.add_argument("--system", default="vmem", help="the system to compare, in A (default: %(default)s)")
@@ -142,6 +155,48 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--resamples", type=_positive, default=10_000, metavar="N",
                    help="bootstrap resamples and sign flips (default: %(default)s)")
     return p
+
+
+def _listed(title: str, entries: Dict[str, str]) -> str:
+    """A titled list, each name with its words wrapped beside it."""
+    width = max(map(len, entries)) + 4
+    lines = [textwrap.fill(text, width=100, initial_indent=f"  {name:<{width - 2}}", subsequent_indent=" " * width)
+             for name, text in entries.items()]
+    return "\n".join([textwrap.fill(title, width=100), *lines])
+
+
+def _run_epilog(benchmark: str) -> str:
+    """The names a run's options and report use, in words, then where the data comes from."""
+    if benchmark == "memgallery":
+        categories = {code: f"{name}: {asks}" for code, (name, asks) in legend.MEMGALLERY_CATEGORIES.items()}
+    else:
+        categories = dict(legend.LOCOMO_CATEGORIES)
+    return "\n\n".join([
+        _listed("V-Mem variants (--config). The first four are the V-Mem paper's ablation; each of the next five "
+                "changes one setting of the full system:", legend.RUNGS),
+        _listed("Systems (--systems):", {"vmem": "V-Mem, at each --config variant", **legend.STOCK_SYSTEMS}),
+        _listed("Question categories in the report:", categories),
+        _wrapped("The report counts the questions asked and scored, and says why any were not: a question whose "
+                 "data names no evidence has nothing to retrieve and is not scored for ranking or context.",
+                 "Data: " + DATA_SOURCES[benchmark]),
+    ])
+
+
+def check_extra() -> None:
+    """Stop, naming the install command, when the ``bench`` extra is missing: without it a run
+    fails only once a worker process first needs it, after every memory was built."""
+    missing = [f"{module} (from {dist})" for module, dist in BENCH_EXTRA.items() if not _importable(module)]
+    if missing:
+        raise SystemExit(f"vmem-bench needs the packages of the llama-index-vmem 'bench' extra; missing: {', '.join(missing)}."
+                         f"\nInstall them with:\n    {INSTALL_BENCH}\nor, in a clone of the repository:\n"
+                         f"    {INSTALL_BENCH_CLONE}")
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a missing parent package, or a module blocked in sys.modules
+        return False
 
 
 def load_llm(spec: Optional[str], kwargs: Optional[str] = None):
@@ -180,20 +235,21 @@ def _llm_class(module: str, name: str) -> type:
 def main(argv: Optional[List[str]] = None, llm=None) -> int:
     """Entry point; ``llm`` lets tests pass a scripted LLM instead of ``--llm``."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")  # progress is the bars'
     if args.command == "compare":
         from .compare import compare
 
         print(json.dumps(compare(_read_json(args.a), _read_json(args.b), args.system, args.system_b or args.system,
                                  args.metric, args.resamples), indent=2))
         return 0
+    check_extra()
     files = data_files(args.command, args.paths)  # missing data is named before anything loads or is written
     llm = llm or load_llm(args.llm, args.llm_kwargs)
     _prepare_run(args, llm)
     conversations = _load(args, files)
     if args.limit:
         for c in conversations:
-            c.questions = c.questions[: args.limit]
+            c.limit_questions(args.limit)
     from . import report
     from .harness import run_benchmark
 
@@ -207,13 +263,14 @@ def main(argv: Optional[List[str]] = None, llm=None) -> int:
 
 
 def summary(results: Dict, out: Path, report_path: Path) -> str:
-    """One line for the terminal: each system's hit@k and where the results and report are (the
-    report itself is in its file, not printed again)."""
+    """One line for the terminal: the questions asked and scored, each system's hit@k, and where
+    the results and report are (the report itself is in its file, not printed again)."""
     from .report import chart_path, system_names
 
     scores = ", ".join(f"{name} {_fmt(results[name]['overall'].get('hit@k'))}" for name in system_names(results))
-    return (f"{results['benchmark']}: hit@{results['k']} {scores} | results: {out} | "
-            f"report: {report_path} (chart: {chart_path(report_path)})")
+    questions = results["questions"]
+    return (f"{results['benchmark']}: {questions['asked']} questions asked, {questions['scored']} scored | "
+            f"hit@{results['k']} {scores} | results: {out} | report: {report_path} (chart: {chart_path(report_path)})")
 
 
 def _fmt(value) -> str:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from collections import Counter
+from typing import Any, Dict, List
 
+from .legend import NOT_SCORED_NO_EVIDENCE
 from .metrics import VERSIONED_METRICS, paired_bootstrap, retrieval_metrics, sign_flip_p
+
+NOT_MEASURED = "the metric was not measured for this question in one of the files"
 
 
 def per_question(results: Dict[str, Any], system: str, metric: str) -> Dict[str, float]:
-    """qid -> score; ``hit``/``recall``/``precision`` are recomputed at the file's K."""
+    """qid -> score, for the questions that have one; ``hit``/``recall``/``precision`` are
+    recomputed at the file's K."""
     names = sorted(n for n, v in results.items() if isinstance(v, dict) and "per_question" in v)
     if system not in names:
         raise SystemExit(f"no system {system!r} in the results file; it has {', '.join(names)}")
@@ -43,6 +48,17 @@ def compare(a: Dict[str, Any], b: Dict[str, Any], system_a: str, system_b: str, 
     mean, lo, hi = paired_bootstrap(xs, ys, resamples)
     return {
         "metric": metric, "a": f"{system_a}", "b": f"{system_b}", "n": len(shared),
+        "questions": _questions(a[system_a]["per_question"], b[system_b]["per_question"], shared),
         "mean_a": sum(xs) / len(xs), "mean_b": sum(ys) / len(ys),
         "difference": mean, "ci95": [lo, hi], "p_value": sign_flip_p(xs, ys, resamples),
     }
+
+
+def _questions(rows_a: List[Dict[str, Any]], rows_b: List[Dict[str, Any]], scored: List[str]) -> Dict[str, Any]:
+    """What ``n`` counts: the questions both files asked, those paired and scored, and why the rest were not."""
+    gold = {row["qid"]: row["gold"] for row in rows_a}
+    in_b = {row["qid"] for row in rows_b}
+    both = [qid for qid in gold if qid in in_b]
+    not_scored = Counter(NOT_MEASURED if gold[qid] else NOT_SCORED_NO_EVIDENCE for qid in set(both) - set(scored))
+    return {"asked_in_both": len(both), "scored": len(scored), "not_scored": dict(not_scored),
+            "only_in_a": len(gold) - len(both), "only_in_b": len(in_b) - len(both)}

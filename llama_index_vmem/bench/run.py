@@ -15,12 +15,14 @@ import os
 import statistics
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from tqdm.auto import tqdm
 
 from .data import CAPTION, MIXED, BenchConversation
+from .legend import NOT_SCORED_NO_EVIDENCE
 from .metrics import CONTEXT_METRICS, METRICS_VERSION, QA_METRICS, evidence_recall, percentile, summarize
 from .systems import BenchSystem, QueryOutcome
 
@@ -90,7 +92,7 @@ def run(conversations: Sequence[BenchConversation], systems: Sequence[BenchSyste
     total = sum(len(c.questions) for c in conversations)
     for system in ordered:
         budgets = {r["qid"]: r["context_tokens"] for r in runs[budget_system].rows} if budget_system not in (None, system.name) else {}
-        with PeakRSS() as rss, tqdm(total=total, desc=system.name, disable=not show_progress) as bar:
+        with PeakRSS() as rss, tqdm(total=total, desc=f"Asking {system.name}", unit="q", disable=not show_progress) as bar:
             for conv in conversations:
                 for q in conv.questions:
                     outcome = system.query(conv, q, budgets.get(q.qid))
@@ -107,7 +109,7 @@ def _build(conversations: Sequence[BenchConversation], systems: Sequence[BenchSy
     the first system timed does not pay for the process's first forward pass."""
     for system in systems:
         system.warm_up()
-    for conv in tqdm(conversations, desc="Building", disable=not show_progress):
+    for conv in tqdm(conversations, desc="Building memories", unit="conv", disable=not show_progress):
         for system in systems:
             start = time.perf_counter()
             runs[system.name].units += system.build(conv)
@@ -144,11 +146,11 @@ def _row(conv: BenchConversation, q: Any, outcome: QueryOutcome, scored_context:
 def score(run_: SystemRun, k: int) -> Dict[str, Any]:
     """``overall`` and ``per_category`` objects of results.json for one system."""
     table = summarize(run_.rows, k)
-    rename = {f"precision@{k}": "precision@k", f"recall@{k}": "recall@k", f"hit@{k}": "hit@k"}
+    rename = {f"precision@{k}": "precision@k", f"recall@{k}": "recall@k", f"hit@{k}": "hit@k", "n": "scored"}
 
     def block(rows: List[Dict[str, Any]], key: str) -> Dict[str, Any]:
-        # a category whose questions all have an empty gold set has nothing to score (null, n = 0)
-        unscored = {"precision@k": None, "recall@k": None, "hit@k": None, "n": 0}
+        # a category whose questions all have an empty gold set has nothing to score (null, 0 scored)
+        unscored = {"asked": len(rows), "scored": 0, "precision@k": None, "recall@k": None, "hit@k": None}
         out = unscored | {rename.get(m, m): v for m, v in table.get(key, {}).items()}
         for metric in CONTEXT_METRICS:
             scored = [r[metric] for r in rows if r[metric] is not None]
@@ -182,6 +184,31 @@ def score(run_: SystemRun, k: int) -> Dict[str, Any]:
     return {"overall": overall, "per_category": per_category}
 
 
+def question_counts(conversations: Sequence[BenchConversation], scored_context: bool) -> Dict[str, Any]:
+    """The questions every system was asked and scored, overall and per category, and why the
+    others were not: each reason with its count per category (results.json's ``questions``).
+
+    A question is scored for ranking, and for context where vmem ran, when the data names its
+    evidence; every question asked is answered and judged with ``--qa``."""
+    asked = Counter(q.category for c in conversations for q in c.questions)
+    scored = Counter(q.category for c in conversations for q in c.questions if q.gold)
+    not_asked: Dict[str, Counter] = {}
+    for c in conversations:
+        for (reason, category), n in c.not_asked.items():
+            not_asked.setdefault(reason, Counter())[category] += n
+    unscored = asked - scored
+    categories = sorted(set(asked) | {category for counts in not_asked.values() for category in counts})
+    return {
+        "asked": sum(asked.values()),
+        "scored": sum(scored.values()),
+        "context_scored": sum(scored.values()) if scored_context else 0,
+        "not_asked": {reason: dict(sorted(counts.items())) for reason, counts in not_asked.items()},
+        "not_scored": {NOT_SCORED_NO_EVIDENCE: dict(sorted(unscored.items()))} if unscored else {},
+        "per_category": {c: {"asked": asked[c], "scored": scored[c],
+                             "not_asked": sum(counts[c] for counts in not_asked.values())} for c in categories},
+    }
+
+
 def results_json(benchmark: str, k: int, conversations: Sequence[BenchConversation], runs: Dict[str, SystemRun],
                  extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """results.json: top-level ``benchmark``, ``k``, ``image_mode`` (``pixels``, ``caption`` or
@@ -198,6 +225,8 @@ def results_json(benchmark: str, k: int, conversations: Sequence[BenchConversati
            if mode == MIXED else {}),
         "conversations": [c.name for c in conversations],
         "malformed_evidence_ids": sum(c.malformed_evidence for c in conversations),
+        "questions": question_counts(conversations, scored_context=any(
+            row["context_evidence_recall"] is not None for run_ in runs.values() for row in run_.rows)),
         **(extra or {}),
     }
     for name, run_ in runs.items():
