@@ -1,8 +1,10 @@
 """Every example in README.md and docs/*.md runs as written: one test per page.
 
 ``python`` blocks run in order from the top of their page, all in one fresh namespace per page,
-in a temporary working directory. Nothing is predefined: each page imports and builds what it
-uses. One thing is swapped, because no outside service runs in tests:
+in a temporary working directory; each page also runs after the README's Quick start and again,
+in one folder, as a reader pastes them. The README prints what its comments say it prints.
+Nothing is predefined: each page imports and builds what it uses. One thing is swapped, because
+no outside service runs in tests:
 ``qdrant_client.QdrantClient`` is qdrant-client's local mode (``location=":memory:"``) whatever
 URL it is given, so the pages about a Qdrant server run against that (docs/server.md says how to
 start a real one). The LLMs in the pages are LlamaIndex's own offline stand-ins (``MockLLM`` and
@@ -100,20 +102,38 @@ def local_qdrant(monkeypatch):
     monkeypatch.setattr(qdrant_client, "QdrantClient", lambda *args, **kwargs: local(location=":memory:"))
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
-def test_page_examples_run(page, tmp_path, monkeypatch, local_qdrant, capsys):
+def _printed_as_commented(code: str) -> list:
+    """What a README block says it prints: the comment after each ``print(...)`` line, then the
+    comment lines that close the block (the output of a loop), in order."""
+    lines = code.rstrip().splitlines()
+    said = [line.split("  # ", 1)[1].strip() for line in lines if line.startswith("print(") and "  # " in line]
+    closing = []
+    for line in reversed(lines):
+        if not line.startswith("# "):
+            break
+        closing.insert(0, line[2:].strip())
+    return said + closing
+
+
+def _run_page(page: Path, capsys, check_comments: bool = False) -> int:
+    """Run every block of ``page`` in one fresh namespace, in the current folder; the number run.
+    ``check_comments``: each Python block must print what its comments say (``_printed_as_commented``)."""
     from llama_index_vmem import VMemIndex
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("DATA", str(DATA))
     namespace: dict = {"__name__": "__main__"}
     ran = 0
     try:
         for i, (language, code, parse_only) in enumerate(_blocks(page), 1):
             where = f"{page.name} block {i}"
             if language == "python":
+                capsys.readouterr()
                 exec(compile(code, where, "exec"), namespace)
                 ran += 1
+                if check_comments:
+                    printed = [line.strip() for line in capsys.readouterr().out.splitlines()]
+                    for expected in _printed_as_commented(code):
+                        assert expected in printed, f"{where} says it prints {expected!r}; it printed {printed}"
+                        printed = printed[printed.index(expected) + 1:]
             elif language == "bash":
                 for line in code.splitlines():
                     for command in (c.strip() for c in line.split("&&")):
@@ -126,7 +146,39 @@ def test_page_examples_run(page, tmp_path, monkeypatch, local_qdrant, capsys):
         for value in namespace.values():
             if isinstance(value, VMemIndex) and not value.closed:
                 value.close()
+    return ran
+
+
+def _quick_start() -> str:
+    """The README's Quick start blocks alone, as a page of their own."""
+    text = (ROOT / "README.md").read_text()
+    return text[text.index("## Quick start"):text.index("\n## ", text.index("## Quick start") + 1)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+def test_page_examples_run(page, tmp_path, monkeypatch, local_qdrant, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DATA", str(DATA))
+    ran = _run_page(page, capsys, check_comments=page.name == "README.md")
     assert ran or page.name == "layout.md", f"{page.name} has no example"
+
+
+#: Pages whose second run takes long (the demo, whole benchmark runs): in the slow set.
+SLOW_AGAIN = {"README.md", "benchmarks.md"}
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=[pytest.mark.slow] if p.name in SLOW_AGAIN else [])
+                                  for p in PAGES], ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+def test_page_runs_again_after_the_quick_start_in_the_same_folder(page, tmp_path, monkeypatch, local_qdrant, capsys):
+    """A reader pastes the Quick start, then a page, then the page again, in one folder: the pages
+    share ``./memory`` names, and a page must not trip on what it or the README left there."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DATA", str(DATA))
+    quick = tmp_path / "quick-start.md"
+    quick.write_text(_quick_start())
+    _run_page(quick, capsys)
+    _run_page(page, capsys)
+    _run_page(page, capsys)
 
 
 def test_readme_setup_commands_are_the_ones_ci_runs():

@@ -1,5 +1,6 @@
-"""The notebooks execute headless, end to end, on the benchmark fixtures (tests/data), leave no
-files behind, and the comparison notebook stops at once, saying where to get the data, without it."""
+"""The notebooks execute headless, end to end, as they are (the comparison on the benchmark fixtures in
+tests/data), print no warning and leave no files behind; the comparison notebook, pointed at a folder
+without the data, stops at once, saying where to get it."""
 
 from pathlib import Path
 
@@ -28,15 +29,23 @@ def test_there_are_notebooks():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_executes_and_leaves_no_files(path, monkeypatch):
-    monkeypatch.setenv("DATA_DIR", str(DATA))
+def test_notebook_executes_as_it_is_with_no_warning_and_leaves_no_files(path, monkeypatch):
+    """As a reader opens it: no ``DATA_DIR`` set (the comparison reads the slice in tests/data)."""
+    monkeypatch.delenv("DATA_DIR", raising=False)
     notebook = nbformat.read(path, as_version=4)
     before = _files()
     _client(notebook, 900).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert not [o["text"] for o in outputs if o.get("name") == "stderr"], "the notebook printed warnings"
     assert outputs, "notebook produced no output"
     assert _files() == before, f"left behind: {sorted(map(str, _files() - before))}"
+
+
+def test_the_comparison_reads_the_repository_data_unless_told_otherwise():
+    first = next(c for c in nbformat.read(FOLDER / "comparison.ipynb", as_version=4).cells if c.cell_type == "code")
+    default = first.source.split("os.environ.get('DATA_DIR', '", 1)[1].split("'", 1)[0]
+    assert (FOLDER / default).resolve() == DATA.resolve()
 
 
 def test_comparison_without_its_data_stops_in_the_first_cell_saying_where_to_get_it(tmp_path, monkeypatch):
