@@ -39,11 +39,20 @@ def keywords_listed(fn: F) -> F:
             refuse_unknown(kwargs)
             return await fn(*args, **kwargs)
 
-        return cast(F, checked_async)
+        return cast(F, _open_signature(checked_async, fn))
 
     @functools.wraps(fn)
     def checked(*args: Any, **kwargs: Any) -> Any:
         refuse_unknown(kwargs)
         return fn(*args, **kwargs)
 
-    return cast(F, checked)
+    return cast(F, _open_signature(checked, fn))
+
+
+def _open_signature(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``wrapper`` showing ``fn``'s signature with ``**kwargs`` added: LlamaIndex's instrumentation
+    binds a call to the signature it shows before calling, and would raise Python's own error first."""
+    sig = inspect.signature(fn)
+    wrapper.__signature__ = sig.replace(parameters=[*sig.parameters.values(),  # type: ignore[attr-defined]
+                                                    inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
+    return wrapper

@@ -911,3 +911,53 @@ def test_a_model_of_the_wrong_kind_opens_no_memory(tmp_path, item, given, words)
     with pytest.raises(VMemInputError, match=f"^{item}: {words}$"):
         VMemIndex.from_defaults(path=tmp_path / "m", **{item: given})
     assert not (tmp_path / "m" / "qdrant").exists()
+
+
+@pytest.mark.parametrize("attached, words", [
+    ("missing.png", "image file not found: missing.png"),
+    (".", "is not a regular file"),
+], ids=["missing", "a_folder"])
+def test_the_chat_engine_refuses_an_unreadable_photo_in_its_own_words(memory, attached, words):
+    """A missing photo was refused in pydantic's words (``1 validation error for ImageBlock ...
+    path_not_file``), where the retriever says it plainly."""
+    chat = memory.as_chat_engine(llm=MockLLM(), delivery="text")
+    err = rejected(memory, lambda: chat.chat("What is this?", image_path=attached), item="image_path")
+    assert words in err.problem and "validation error" not in str(err) and "pydantic" not in str(err)
+    assert chat.chat_history == []
+
+
+@pytest.mark.parametrize("given, item", [
+    ([ChatMessage(role=MessageRole.USER, content="hi")], "round 1"),
+    ([COFFEE_ROUND, {"role": "user", "content": "hi"}], "round 2"),
+], ids=["ChatMessage", "message_dict"])
+def test_add_rounds_given_chat_messages_points_to_add_messages(memory, given, item):
+    err = rejected(memory, lambda: memory.add_rounds(given), item=item)
+    assert "is a chat message" in err.problem and "add_messages" in err.problem
+
+
+def test_add_messages_given_a_message_dict_says_how_to_build_one(memory):
+    err = rejected(memory, lambda: memory.add_messages([{"role": "user", "content": "hi"}]), item="message 1")
+    assert "ChatMessage(role=..., content=...)" in err.problem
+
+
+@pytest.mark.parametrize("call, takes", [
+    (lambda m: m.add_round(user="x", image="a.png"), "user, assistant, images, session_id, timestamp, round_key, audio, dedupe"),
+    (lambda m: m.add_rounds([HORSE_ROUND], dedup=False), "rounds, dedupe, dayfirst, lenient"),
+    (lambda m: m.add_messages([user("x")], session="S"), "messages, session_id, timestamp, dedupe, dayfirst, lenient"),
+    (lambda m: asyncio.run(m.aadd_rounds([HORSE_ROUND], dedup=False)), "rounds, dedupe, dayfirst, lenient"),
+    (lambda m: m.as_chat_engine(llm=MockLLM()).chat("hi", image="x.png"), "message, chat_history, image_path, image_caption"),
+    (lambda m: m.as_chat_engine(llm=MockLLM()).stream_chat("hi", image="x.png"), "message, chat_history, image_path, image_caption"),
+    (lambda m: asyncio.run(m.as_chat_engine(llm=MockLLM()).achat("hi", image="x.png")), "image_path, image_caption"),
+    (lambda m: asyncio.run(m.as_chat_engine(llm=MockLLM()).astream_chat("hi", image="x.png")), "image_path, image_caption"),
+    (lambda m: VMemIndex.from_defaults(memory="alice"), "path, url, memory_id, embed_model"),
+    (lambda m: m.as_retriever(top_k=3), "similarity_top_k"),
+    (lambda m: m.as_query_engine(llm=MockLLM(), stream=True), "streaming"),
+    (lambda m: m.as_chat_engine(llm=MockLLM(), session="S"), "session_id"),
+], ids=["add_round", "add_rounds", "add_messages", "aadd_rounds", "chat", "stream_chat", "achat", "astream_chat",
+        "from_defaults", "as_retriever", "as_query_engine", "as_chat_engine"])
+def test_an_unknown_keyword_lists_the_accepted_ones(memory, call, takes):
+    before = snapshot(memory)
+    with pytest.raises(TypeError) as caught:
+        call(memory)
+    assert takes in str(caught.value)
+    assert snapshot(memory) == before
