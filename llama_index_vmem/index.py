@@ -23,7 +23,7 @@ from .encoders import BUILD_DEFAULTS, resolve_build_options
 from .errors import VMemInputError, keywords_listed
 from .node_parser import Transcriber
 from .round_memory import MAX_MEMORY_ID_CHARS, RoundMemory, check_memory_id, manifest_of
-from .store import LaneStore, ServerLaneStore, open_edge_store
+from .store import LaneStore, open_edge_store
 
 if TYPE_CHECKING:
     from .chat_engine import VMemChatEngine
@@ -66,7 +66,10 @@ def _chat_options() -> FrozenSet[str]:
 
 
 def _server_store(url: Optional[str], client: Any, api_key: Optional[str], prefix: str) -> LaneStore:
-    """A store on a Qdrant server: ``client`` as given (the caller closes it), else one made for ``url``."""
+    """A store on a Qdrant server: ``client`` as given (the caller closes it), else one made for ``url``.
+    qdrant-client loads in a second, so only here, for a server."""
+    from .store.server import ServerLaneStore
+
     if client is not None:
         return ServerLaneStore(client, prefix=prefix, owns_client=False)
     from qdrant_client import QdrantClient

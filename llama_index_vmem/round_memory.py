@@ -35,6 +35,7 @@ from . import schema, times
 from .config import VMemConfig
 from .encoders import Bm25Encoder, Sparse, encoder_id, resolve_build_options
 from .encoders.text import padded_batches, token_lengths
+from .encoders.threads import query_threads
 from .errors import VMemInputError, keywords_listed
 from .lifecycle import Selection, StoredRound
 from .node_parser import (ParsedRound, Renamed, RoundInput, RoundNodeParser, Transcriber, check_text, checked_round, content_hash,
@@ -531,7 +532,8 @@ class RoundMemory:
     # -- reads used by the retriever and postprocessor ----------------------------------------
 
     def _embed_query_text(self, text: str) -> Tuple[float, ...]:
-        return tuple(self.embed_model.get_query_embedding(text))
+        with query_threads():
+            return tuple(self.embed_model.get_query_embedding(text))
 
     def encode_query_text(self, text: str) -> List[float]:
         """Query embedding, cached: one question's signals (and a repeated question) embed it once."""
@@ -547,7 +549,8 @@ class RoundMemory:
                                                                      fence=self.image_fence))
 
     def _embed_query_pixels(self, data: bytes) -> Tuple[float, ...]:
-        return tuple(self.image_encoder.get_image_embedding(io.BytesIO(data)))
+        with query_threads():
+            return tuple(self.image_encoder.get_image_embedding(io.BytesIO(data)))
 
     def encode_query_image(self, image: str) -> List[float]:
         """Query image embedding, cached by the picture's bytes: one question's visual searches (the

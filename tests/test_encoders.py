@@ -3,7 +3,8 @@
 import numpy as np
 
 from llama_index_vmem.encoders import default_text_embedding
-from llama_index_vmem.encoders.text import cpu_has_native_bf16, padded_batches, token_lengths
+from llama_index_vmem.encoders.huggingface import cpu_has_native_bf16
+from llama_index_vmem.encoders.text import padded_batches, token_lengths
 from llama_index_vmem.store import Collection
 
 TEXTS = [
@@ -88,3 +89,45 @@ def test_encoders_load_without_a_progress_bar_and_leave_the_switch_as_it_was(cap
     SiglipImageEncoder(model_name=tiny_siglip.model_name, local_files_only=True).dimension  # loads the model
     assert "Loading weights" not in capfd.readouterr().err
     assert hf_logging.is_progress_bar_enabled()
+
+
+def test_a_question_is_encoded_on_one_torch_thread_and_the_callers_count_comes_back(tmp_path, minilm, monkeypatch):
+    """One question on every core waits on its own threads when other work holds the cores; the app's
+    own torch setting must be what it was after, in this thread and in others."""
+    import threading
+
+    import torch
+
+    from llama_index_vmem import VMemIndex
+    from llama_index_vmem.encoders import threads
+
+    torch.set_num_threads(2)
+    seen = []
+    original = type(minilm).get_query_embedding
+    monkeypatch.setattr(type(minilm), "get_query_embedding",
+                        lambda self, q: (seen.append(torch.get_num_threads()), original(self, q))[1])
+    other = {}
+    with VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm) as index:
+        index.add_rounds([{"user": "My cat is called Miso.", "assistant": "Cute!"}])
+        index.as_retriever(k=1).retrieve("what is my cat called")
+        worker = threading.Thread(target=lambda: other.setdefault("n", torch.get_num_threads()))
+        worker.start()
+        worker.join()
+        assert seen == [1] and torch.get_num_threads() == 2 and other["n"] == 2
+        monkeypatch.setattr(threads, "QUERY_THREADS", None)
+        index.clear_query_cache()
+        index.as_retriever(k=1).retrieve("what is my cat called")
+        assert seen == [1, 2] and torch.get_num_threads() == 2
+
+
+def test_importing_the_index_leaves_torch_and_the_server_client_for_later():
+    """An app that imports the library pays for torch when it makes an encoder, and for
+    qdrant-client when it opens a server memory: about 5 s and 1 s it may never need."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom llama_index_vmem import VMemIndex, VMemRetriever, VMemChatEngine\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'sentence_transformers', "
+            "'qdrant_client', 'sklearn'}))")
+    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+    assert loaded == "[]"

