@@ -118,6 +118,7 @@ class VMemIndex(RoundMemory):
         ``list_memories`` lists them. A new id starts a new, empty memory. Opening a store without a
         ``memory_id`` where it holds other memories but none named ``"default"`` logs a warning
         naming them: the memory opened is empty, and the caller most likely meant one of those.
+
         ``path=None, url=None``: a temporary embedded store, removed on ``close()``.
         ``path``: a Qdrant Edge store on disk; reopening it restores the memory exactly.
         ``url`` (or ``client``, any ``QdrantClient``): a Qdrant server; collections are shared by
