@@ -141,9 +141,10 @@ def _epoch_text(item: str, seconds: numbers.Real) -> str:
         raise VMemInputError(item, f"timestamp {seconds!r} is out of range as epoch seconds") from None
 
 
-def _day_and_month_told(item: str, text: str, dayfirst: Optional[bool]) -> str:
+def _day_and_month_told(item: str, text: str, dayfirst: Optional[bool], adding: bool = True) -> str:
     """``text`` with each date whose day and month could be swapped written in ISO 8601 as
-    ``dayfirst`` reads it; refused, naming both readings, when ``dayfirst`` is None."""
+    ``dayfirst`` reads it; refused, naming both readings, when ``dayfirst`` is None (``adding``:
+    a round's timestamp, where ``dayfirst=`` may be given)."""
     def told(match: "re.Match[str]") -> str:
         first, second = int(match.group(1)), int(match.group(3))
         if not (1 <= first <= 12 and 1 <= second <= 12) or first == second:  # one reading only: as written
@@ -152,11 +153,13 @@ def _day_and_month_told(item: str, text: str, dayfirst: Optional[bool]) -> str:
             month_first, day_first = (_reading(match.group(0), d) for d in (False, True))
             raise VMemInputError(item, f"timestamp {_shown(text)} could be {_spelt(month_first)} or {_spelt(day_first)}: "
                                        f"write it as {month_first:%Y-%m-%d} or {day_first:%Y-%m-%d} (ISO 8601), with the "
-                                       "month's name, or as a date; or pass dayfirst=True (day first) or dayfirst=False "
-                                       "(month first) where the rounds are added")
+                                       "month's name, or as a date" + (_CHOOSE_DAYFIRST if adding else ""))
         return _reading(match.group(0), dayfirst).date().isoformat()
 
     return _DAY_OR_MONTH.sub(told, text)
+
+
+_CHOOSE_DAYFIRST = "; or pass dayfirst=True (day first) or dayfirst=False (month first) where the rounds are added"
 
 
 def _spelt(day: datetime) -> str:
@@ -179,7 +182,10 @@ def _shown(text: str) -> str:
 
 
 def as_time(name: str, value: TimeLike) -> datetime:
-    """``value`` read as a time, or an error naming ``name``."""
+    """``value`` read as a time, or an error naming ``name``: a time range's end whose day and
+    month could swap is refused as a round's timestamp is, not guessed."""
+    if isinstance(value, str):
+        _day_and_month_told(name, value, None, adding=False)
     seen = read_time(value)
     if seen is None:
         raise VMemInputError(name, f"is not a date or time: {value!r}")

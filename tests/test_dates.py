@@ -138,3 +138,13 @@ def test_errors_name_rounds_from_one(index):
     rejected(index, lambda: index.add_rounds([{"user": "a"}, {"user": "b"}, {"user": 3}]), item="round 3")
     with pytest.raises(VMemInputError, match=r"^round 1 image 2: "):
         index.add_round(user="x", images=[{"caption": "fine"}, {"caption": ""}])
+
+
+@pytest.mark.parametrize("bounds, item", [(dict(since="06/07/2024"), "since"), (dict(until="6.7.24"), "until")])
+def test_a_time_range_end_that_could_swap_day_and_month_is_refused(index, bounds, item):
+    with pytest.raises(VMemInputError, match=rf"^{item}: timestamp '.*' could be .* \(ISO 8601\), with the month's name, or as a date$"):
+        index.rounds(**bounds)
+    with pytest.raises(VMemInputError, match=rf"^{item}: "):
+        index.forget(**bounds)
+    assert len(index) == 1
+    assert [s.round.metadata[schema.ROUND_KEY] for s in index.rounds(since="13/05/2024")] == ["D1:1"]  # one reading only
