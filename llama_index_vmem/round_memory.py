@@ -262,7 +262,9 @@ class RoundMemory:
         """Append rounds made by ``rounds_from_messages``, or built by hand (checked as round dicts
         are; an exchange already stored is not stored again, as in ``add_rounds``)."""
         if not isinstance(rounds, Sequence) or not rounds or not all(isinstance(r, RoundInput) for r in rounds):
-            raise VMemInputError("rounds", f"must be a non-empty list of RoundInput, got {rounds!r:.200}")
+            given = rounds if isinstance(rounds, Sequence) else ()
+            hint = "; chat messages go to add_messages" if any(isinstance(r, ChatMessage) for r in given) else ""
+            raise VMemInputError("rounds", f"must be a non-empty list of RoundInput, got {rounds!r:.200}{hint}")
         reading = times.TimestampReading(dayfirst, lenient)
         return self._commit([checked_round(r.item(i), r, reading) for i, r in enumerate(rounds, start=1)], dedupe)
 

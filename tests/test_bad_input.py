@@ -935,6 +935,11 @@ def test_add_rounds_given_chat_messages_points_to_add_messages(memory, given, it
     assert "is a chat message" in err.problem and "add_messages" in err.problem
 
 
+def test_add_round_inputs_given_chat_messages_points_to_add_messages(memory):
+    err = rejected(memory, lambda: memory.add_round_inputs([ChatMessage(role=MessageRole.USER, content="hi")]), item="rounds")
+    assert err.problem.endswith("chat messages go to add_messages")
+
+
 def test_add_messages_given_a_message_dict_says_how_to_build_one(memory):
     err = rejected(memory, lambda: memory.add_messages([{"role": "user", "content": "hi"}]), item="message 1")
     assert "ChatMessage(role=..., content=...)" in err.problem
