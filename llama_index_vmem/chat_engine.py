@@ -41,9 +41,9 @@ from llama_index.core.types import Thread
 from . import images as image_io
 from . import schema
 from .delivery import content_tokens, messages_tokens
-from .errors import VMemInputError
+from .errors import VMemInputError, keywords_listed
 from .memory_block import VMemMemoryBlock
-from .messages import query_from_message, today
+from .messages import now, query_from_message
 from .node_parser import INSTRUCTION_ROLES, RoundInput, round_spans
 from .query_engine import REPLY_TOKENS, AnswerRequest, VMemQueryEngine
 from .round_memory import RoundMemory
@@ -84,6 +84,7 @@ class VMemChatEngine(BaseChatEngine):
         self._prefix = [ChatMessage(role=self._llm.metadata.system_role, content=system_prompt)] if system_prompt else []
 
     @classmethod
+    @keywords_listed
     def from_defaults(
         cls,
         index: RoundMemory,
@@ -106,7 +107,7 @@ class VMemChatEngine(BaseChatEngine):
             [session_id] = sessions
         elif not kept.keeps_session(None if session_id is None else str(session_id)):
             logger.warning("chat exchanges go in session %s, which filters leave out: this chat will not recall them", session_id)
-        stamp = today()
+        stamp = now()
         if not kept.keeps_time(read_time(stamp)):
             logger.warning("chat exchanges are stamped %s, which the time filters leave out: this chat will not recall them", stamp)
         window = query_engine.llm.metadata.context_window
@@ -159,12 +160,13 @@ class VMemChatEngine(BaseChatEngine):
         return pending
 
     def _remember(self, pending: RoundInput, answer: str) -> ChatMessage:
-        """The exchange becomes a round of the memory (with the user's image), stamped when it ended.
+        """The exchange becomes a round of the memory (with the user's image), stamped when it ended
+        (``messages.now``: local time of day, to the second).
         Returns the user's turn for the chat history as the round tells it, each picture as
         ``[Image <id>] caption``: an image-only turn is not an empty message, and history and memory
-        name a picture alike. Every turn happened, so one alike an earlier one of the day (its
-        timestamp is a date) is stored too, not taken for that one added again."""
-        [stored] = self.index.add_round_inputs([replace(pending, assistant=answer, timestamp=today())], dedupe=False)
+        name a picture alike. Every turn happened, so one alike an earlier one of the same second
+        is stored too, not taken for that one added again."""
+        [stored] = self.index.add_round_inputs([replace(pending, assistant=answer, timestamp=now())], dedupe=False)
         named = [replace(img, image_id=image_id) for img, image_id in zip(pending.images, stored.metadata[schema.IMAGE_IDS])]
         spans = round_spans(replace(pending, images=named), stored.metadata[schema.ROUND_KEY])  # ids as stored
         return ChatMessage(role=MessageRole.USER,
@@ -185,6 +187,7 @@ class VMemChatEngine(BaseChatEngine):
             raise asyncio.CancelledError
 
     @trace_method("chat")
+    @keywords_listed
     def chat(
         self,
         message: str | ChatMessage,
@@ -203,6 +206,7 @@ class VMemChatEngine(BaseChatEngine):
         return AgentChatResponse(response=answer, source_nodes=request.nodes, metadata=request.metadata)
 
     @trace_method("chat")
+    @keywords_listed
     async def achat(
         self,
         message: str | ChatMessage,
@@ -220,6 +224,7 @@ class VMemChatEngine(BaseChatEngine):
         return AgentChatResponse(response=answer, source_nodes=request.nodes, metadata=request.metadata)
 
     @trace_method("chat")
+    @keywords_listed
     def stream_chat(
         self,
         message: str | ChatMessage,
@@ -249,6 +254,7 @@ class VMemChatEngine(BaseChatEngine):
         return response
 
     @trace_method("chat")
+    @keywords_listed
     async def astream_chat(
         self,
         message: str | ChatMessage,
@@ -315,15 +321,22 @@ def _user_message(message: str | ChatMessage, image_path: str | os.PathLike | No
             raise VMemInputError("image_path", f"must be a str path or URL, or a path, got {type(image_path).__name__}")
         if attached:
             raise VMemInputError("image_path", "the message already has an ImageBlock; attach the image one way")
-        try:
-            user.blocks.append(ImageBlock(url=image_path) if image_io.is_url(image_path) else ImageBlock(path=image_path))
-        except ValueError as e:  # pydantic's: the file does not exist
-            raise VMemInputError("image_path", f"{image_path}: {e}") from None
+        user.blocks.append(_image_block(image_path))
     if image_caption is not None:
         if not attached and image_path is None:
             raise VMemInputError("image_caption", "describes an attached image, but none is attached")
         user.additional_kwargs = {**user.additional_kwargs, "image_captions": [image_caption]}
     return user
+
+
+def _image_block(image_path: str | os.PathLike) -> ImageBlock:
+    """``image_path`` as an ``ImageBlock``; a file that cannot be read is refused in the words the
+    retriever uses for a query image, not in pydantic's."""
+    try:
+        return ImageBlock(url=image_path) if image_io.is_url(image_path) else ImageBlock(path=image_path)
+    except ValueError:  # pydantic's: the file does not exist, or is no file
+        image_io.read_source("image_path", path=image_path)  # raises, saying why in plain words
+        raise VMemInputError("image_path", f"cannot attach {image_path}") from None
 
 
 def _instructions(messages: list[ChatMessage]) -> list[ChatMessage]:

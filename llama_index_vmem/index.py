@@ -11,7 +11,7 @@ import os
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, FrozenSet, Iterable, Mapping, Optional, Set, Union
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, Mapping, Optional, Set, Union
 
 from llama_index.core.embeddings.multi_modal_base import MultiModalEmbedding
 from llama_index.core.embeddings.utils import EmbedType
@@ -20,7 +20,7 @@ from llama_index.core.llms.utils import LLMType
 from . import archive, models
 from .config import VMemConfig
 from .encoders import BUILD_DEFAULTS, resolve_build_options
-from .errors import VMemInputError
+from .errors import VMemInputError, keywords_listed
 from .node_parser import Transcriber
 from .round_memory import MAX_MEMORY_ID_CHARS, RoundMemory, check_memory_id, manifest_of
 from .store import LaneStore, open_edge_store
@@ -30,7 +30,10 @@ if TYPE_CHECKING:
     from .query_engine import VMemQueryEngine
     from .retriever import VMemRetriever
 
-__all__ = ["MAX_MEMORY_ID_CHARS", "VMemIndex"]
+__all__ = ["DEFAULT_MEMORY_ID", "MAX_MEMORY_ID_CHARS", "VMemIndex"]
+
+#: The memory ``from_defaults`` opens when given no ``memory_id``.
+DEFAULT_MEMORY_ID = "default"
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +65,18 @@ def _chat_options() -> FrozenSet[str]:
     return frozenset(_keywords(VMemChatEngine.from_defaults, "index", "query_engine"))
 
 
+def _server_store(url: Optional[str], client: Any, api_key: Optional[str], prefix: str) -> LaneStore:
+    """A store on a Qdrant server: ``client`` as given (the caller closes it), else one made for ``url``.
+    qdrant-client loads in a second, so only here, for a server."""
+    from .store.server import ServerLaneStore
+
+    if client is not None:
+        return ServerLaneStore(client, prefix=prefix, owns_client=False)
+    from qdrant_client import QdrantClient
+
+    return ServerLaneStore(QdrantClient(url=url, api_key=api_key), prefix=prefix, owns_client=True)
+
+
 def _check_options(kwargs: Mapping[str, Any], accepted: Mapping[str, Iterable[str]]) -> None:
     """A misspelt option fails where it is given, naming what each layer takes: engines pass the
     options they do not take down to the retriever, whose own list would leave theirs out."""
@@ -75,11 +90,12 @@ class VMemIndex(RoundMemory):
     """A long-term memory of one multimodal conversation (or user): open one with ``from_defaults``."""
 
     @classmethod
+    @keywords_listed
     def from_defaults(
         cls,
         path: Optional[Union[str, Path]] = None,
         url: Optional[str] = None,
-        memory_id: str = "default",
+        memory_id: Optional[str] = None,
         embed_model: Optional[EmbedType] = None,
         image_encoder: Optional[MultiModalEmbedding] = None,
         llm: Optional[LLMType] = None,
@@ -98,6 +114,11 @@ class VMemIndex(RoundMemory):
     ) -> "VMemIndex":
         """Open (or create) a memory.
 
+        ``memory_id`` names the memory in its store (default ``"default"``): a store holds many, and
+        ``list_memories`` lists them. A new id starts a new, empty memory. Opening a store without a
+        ``memory_id`` where it holds other memories but none named ``"default"`` logs a warning
+        naming them: the memory opened is empty, and the caller most likely meant one of those.
+
         ``path=None, url=None``: a temporary embedded store, removed on ``close()``.
         ``path``: a Qdrant Edge store on disk; reopening it restores the memory exactly.
         ``url`` (or ``client``, any ``QdrantClient``): a Qdrant server; collections are shared by
@@ -110,18 +131,13 @@ class VMemIndex(RoundMemory):
         True) are fixed when the store is created too: left None, a memory follows its store's (one
         built before they were recorded: 0.75, False and False), and another value is refused.
         """
+        named = memory_id is not None
+        memory_id = DEFAULT_MEMORY_ID if memory_id is None else memory_id
         check_memory_id(memory_id)
         embed_model, image_encoder = models.encoders(embed_model, image_encoder)  # before the store: a failure here holds nothing open
         tmp = None
         if client is not None or url is not None:
-            owns_client = client is None
-            if client is None:
-                from qdrant_client import QdrantClient
-
-                client = QdrantClient(url=url, api_key=api_key)
-            from .store.server import ServerLaneStore  # qdrant-client loads in a second: only for a server
-
-            store: LaneStore = ServerLaneStore(client, prefix=collection_prefix, owns_client=owns_client)
+            store: LaneStore = _server_store(url, client, api_key, collection_prefix)
             if image_dir is None:
                 if path is None:
                     logger.warning("memory %s: its rounds stay on the server but its pictures go to a temporary folder "
@@ -135,7 +151,7 @@ class VMemIndex(RoundMemory):
                 path = tmp.name
             store = open_edge_store(Path(path) / "qdrant")
             image_dir = image_dir or Path(path) / "images"
-        return cls(
+        index = cls(
             store=store,
             memory_id=memory_id,
             embed_model=embed_model,
@@ -151,6 +167,45 @@ class VMemIndex(RoundMemory):
             dated_units=dated_units,
             reply_context=reply_context,
         )
+        try:
+            index._say_if_absent(named)
+        except BaseException:
+            index.close()
+            raise
+        return index
+
+    @classmethod
+    def list_memories(cls, path: Optional[Union[str, Path]] = None, *, url: Optional[str] = None, client: Any = None,
+                      api_key: Optional[str] = None, collection_prefix: str = "vmem") -> Dict[str, int]:
+        """The memories a store holds, by ``memory_id``, with how many rounds each holds: the ids
+        ``from_defaults(..., memory_id=...)`` opens. Give the store as ``from_defaults`` does
+        (``path``, or ``url``/``client`` and ``collection_prefix``); nothing is created, and a
+        store not created yet holds none."""
+        if path is None and url is None and client is None:
+            raise VMemInputError("list_memories", "name the store: path=, url= or client=")
+        store = _server_store(url, client, api_key, collection_prefix) if client is not None or url is not None \
+            else open_edge_store(Path(path) / "qdrant")
+        try:
+            return dict(sorted(store.memories().items()))
+        finally:
+            store.close()
+
+    def _say_if_absent(self, named: bool) -> None:
+        """Warn when an unnamed open found an empty ``"default"`` beside other memories: a reopened
+        store that shows nothing is most often one opened without its ``memory_id``. A new memory
+        named on purpose is only logged at INFO: a server serving many users creates them daily."""
+        if len(self):
+            return
+        others = {m: n for m, n in self.store.memories().items() if m != self.memory_id}
+        if not others:
+            return
+        shown = ", ".join(f"{m!r} ({n} rounds)" for m, n in sorted(others.items())[:10]) + (", ..." if len(others) > 10 else "")
+        if named:
+            logger.info("memory %r is new: its store holds %d other memories", self.memory_id, len(others))
+            return
+        logger.warning("no memory_id given, so memory %r was opened, and it is empty; this store holds %s. Pass memory_id= "
+                       "to open one of those; to start a new memory here, pass its new id (memory_id=%r included)",
+                       self.memory_id, shown, self.memory_id)
 
     @classmethod
     def from_archive(cls, archive_path: Union[str, os.PathLike], /, memory_id: Optional[str] = None, *,

@@ -196,7 +196,7 @@ def _exchanges(messages: list[ChatMessage]) -> list[list[ChatMessage]]:
     first (an agent's answer after its tool steps) join the exchange's reply; a reply without its
     user message (flushed earlier) becomes a round of its own."""
     out: list[list[ChatMessage]] = []
-    for i, message in enumerate(messages):
+    for i, message in enumerate(messages, start=1):
         kept = _storable(i, message)
         if kept is None:
             continue
@@ -212,7 +212,7 @@ def _exchanges(messages: list[ChatMessage]) -> list[list[ChatMessage]]:
 
 
 def _storable(i: int, message: ChatMessage) -> ChatMessage | None:
-    """The message as V-Mem stores it: user or assistant, text, image and audio blocks only, and of a
+    """The message (the ``i``-th flushed, from 1) as V-Mem stores it: user or assistant, text, image and audio blocks only, and of a
     ReAct agent's reply its answer alone."""
     if message.role != MessageRole.USER and message.role not in ASSISTANT_ROLES:
         logger.info("not stored: flushed %s message %d %.80r", message.role.value, i, message.content)

@@ -1,7 +1,7 @@
 """What a user's chat message asks: its text, its attached image and that image's caption.
 
 Shared by the memory block and the chat engine, which both retrieve for a ``ChatMessage`` and
-store exchanges stamped with the day they happened, and by the query engine and delivery, which
+store exchanges stamped with when they happened, and by the query engine and delivery, which
 keep a query's attached image as a local file the way a chat message's is kept.
 """
 
@@ -72,5 +72,13 @@ def keep_attachment(index: "RoundMemory", item: str, *, data: Optional[bytes] = 
 
 
 def today() -> str:
-    """When a round is stored, as its timestamp: block headers then say when it was seen."""
+    """The day a memory block stores a flushed exchange, as its timestamp: the block flushes turns
+    some time after they were said, so it claims no time of day."""
     return datetime.now().astimezone().date().isoformat()
+
+
+def now() -> str:
+    """When a chat turn ended, as its round's timestamp: local wall-clock time to the second, with
+    no offset ("2024-06-17T14:03:27"), so turns of one day are told apart and a time filter reads
+    it as the user's own day ("since='2024-06-17'" keeps the turns of that local day)."""
+    return datetime.now().replace(microsecond=0).isoformat()

@@ -71,8 +71,8 @@ class RoundInput:
     images: List[ImageInput] = field(default_factory=list)
     audio_transcripts: List[str] = field(default_factory=list)
     session_id: Optional[str] = None
-    #: Text as given, or a ``date``/``datetime``, stored in ISO 8601 (which the time filters read).
-    timestamp: Optional[Union[str, datetime.date]] = None
+    #: Text, a ``date``/``datetime`` or epoch seconds, stored as ``times.stored_timestamp`` says.
+    timestamp: Optional[Union[str, datetime.date, int, float]] = None
     round_key: Optional[str] = None
     #: What the caller gave it as (``round 3``, ``message 4``): errors name that, not a default key
     #: the caller never saw.
@@ -114,11 +114,14 @@ def last_default_number(session_id: str, keys: Iterable[str]) -> int:
     return max((int(n) for n in numbers if _DEFAULT_NUMBER.fullmatch(n)), default=0)
 
 
-def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
+def round_input_from_dict(item: str, data: Mapping[str, Any], reading: times.TimestampReading = times.TimestampReading()) -> RoundInput:
     """``{user, assistant, images: [{image_id, path|bytes|url, caption, role}], audio, session_id, timestamp, round_key}``.
 
     An image's ``role`` (``user`` by default) says whose message shared it: its caption is folded there.
     """
+    if isinstance(data, ChatMessage) or (isinstance(data, Mapping) and {"role", "content"} & set(data) and not {"user", "assistant"} & set(data)):
+        raise VMemInputError(item, "is a chat message, not a round dict: give chat messages to add_messages([...]), "
+                                   "or write a round as {'user': ..., 'assistant': ...}")
     if not isinstance(data, Mapping):
         raise VMemInputError(item, f"a round must be a dict, got {type(data).__name__}")
     key = data.get("round_key")
@@ -132,7 +135,7 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
     if not isinstance(raw_images, (list, tuple)):
         raise VMemInputError(item, "'images' must be a list of dicts")
     parsed_images = []
-    for i, img in enumerate(raw_images):
+    for i, img in enumerate(raw_images, start=1):
         if not isinstance(img, Mapping):
             raise VMemInputError(f"{item} image {i}", f"must be a dict, got {type(img).__name__}")
         extra = set(img) - {"image_id", "path", "bytes", "url", "caption", "role"}
@@ -144,10 +147,10 @@ def round_input_from_dict(item: str, data: Mapping[str, Any]) -> RoundInput:
     raw = RoundInput(user=data.get("user", ""), assistant=data.get("assistant", ""), images=parsed_images,
                      audio_transcripts=[] if data.get("audio") is None else data["audio"], session_id=data.get("session_id"),
                      timestamp=data.get("timestamp"), round_key=data.get("round_key"), origin=item)
-    return checked_round(item, raw)
+    return checked_round(item, raw, reading)
 
 
-def checked_round(item: str, r: RoundInput) -> RoundInput:
+def checked_round(item: str, r: RoundInput, reading: times.TimestampReading = times.TimestampReading()) -> RoundInput:
     """``r`` with every field checked and in its stored form (ids as text, a date in ISO 8601): a
     round built by hand is refused where a dict with the same values is, naming ``item``, rather
     than failing in the store with an error that names nothing."""
@@ -157,7 +160,7 @@ def checked_round(item: str, r: RoundInput) -> RoundInput:
     if not isinstance(r.images, (list, tuple)):
         raise VMemInputError(item, f"'images' must be a list, got {type(r.images).__name__}")
     images = []
-    for i, img in enumerate(r.images):
+    for i, img in enumerate(r.images, start=1):
         if not isinstance(img, ImageInput):
             raise VMemInputError(f"{item} image {i}", f"must be an ImageInput, got {type(img).__name__}")
         name = _image_item(item, img.image_id, i)
@@ -170,12 +173,12 @@ def checked_round(item: str, r: RoundInput) -> RoundInput:
         raise VMemInputError(item, "'audio' must be a list of transcript strings")
     return replace(r, images=images, audio_transcripts=list(audio),
                    session_id=optional_str(item, "session_id", r.session_id, empty_ok=False),
-                   timestamp=optional_timestamp(item, r.timestamp),
+                   timestamp=optional_timestamp(item, r.timestamp, reading),
                    round_key=optional_str(item, "round_key", r.round_key, empty_ok=False))
 
 
 def _image_item(item: str, image_id: Any, position: int) -> str:
-    """How errors name an image: by its id where that is text, else by its place in the round."""
+    """How errors name an image: by its id where that is text, else by its place in the round (from 1)."""
     return f"{item} image {image_id if isinstance(image_id, str) else position}"
 
 
@@ -192,12 +195,11 @@ def optional_str(item: str, name: str, value: Any, empty_ok: bool = True) -> Opt
     return str(value)
 
 
-def optional_timestamp(item: str, value: Any) -> Optional[str]:
-    """A round's timestamp as stored: text as given, a ``datetime`` or ``date`` in ISO 8601, which
-    the time filters read back."""
-    if isinstance(value, datetime.date):  # a datetime is a date too
-        return value.isoformat()
-    return optional_str(item, "timestamp", value)
+def optional_timestamp(item: str, value: Any, reading: times.TimestampReading = times.TimestampReading()) -> Optional[str]:
+    """A round's timestamp as stored (``times.stored_timestamp``), or an error naming ``item``."""
+    if isinstance(value, str):
+        optional_str(item, "timestamp", value)  # refuses NUL, as in every stored string
+    return reading.stored(item, value)
 
 
 def optional_text(item: str, name: str, value: Any) -> Optional[str]:
@@ -219,11 +221,11 @@ def check_text(rounds: Sequence[RoundInput]) -> None:
     it: text that is not UTF-8 (a lone surrogate, as a careless decode leaves) fails in the store
     with a bare error, and a session id is used in a store filter before the round is parsed; text
     over ``MAX_TEXT_CHARS`` would be stored whole while only its start is ever embedded."""
-    for i, r in enumerate(rounds):
+    for i, r in enumerate(rounds, start=1):
         fields = {"user": r.user, "assistant": r.assistant, "session_id": r.session_id, "timestamp": r.timestamp,
                   "round_key": r.round_key}
-        fields.update({f"audio {n}": text for n, text in enumerate(r.audio_transcripts)})
-        for n, img in enumerate(r.images):
+        fields.update({f"audio {n}": text for n, text in enumerate(r.audio_transcripts, start=1)})
+        for n, img in enumerate(r.images, start=1):
             fields.update({f"image {n} image_id": img.image_id, f"image {n} caption": img.caption})
         item = r.item(i)
         for name, value in fields.items():
@@ -288,7 +290,7 @@ class RoundNodeParser(NodeParser):
         a URL is fetched and a picture decoded here, before the caller takes its write lock. Errors
         name an image by its id, which needs the round's ``key`` when the image has none of its own
         (else by its position)."""
-        ids = image_ids(r.images, key, item) if key else [i.image_id if visible(i.image_id) else str(n) for n, i in enumerate(r.images)]
+        ids = image_ids(r.images, key, item) if key else [i.image_id if visible(i.image_id) else str(n) for n, i in enumerate(r.images, start=1)]
         loaded = []
         for img, image_id in zip(r.images, ids):
             name = f"{item} image {image_id}"
@@ -319,7 +321,8 @@ class RoundNodeParser(NodeParser):
         self,
         messages: Sequence[ChatMessage],
         session_id: Optional[str] = None,
-        timestamp: Optional[Union[str, datetime.date]] = None,
+        timestamp: Optional[Union[str, datetime.date, int, float]] = None,
+        reading: times.TimestampReading = times.TimestampReading(),
     ) -> List[RoundInput]:
         """Pair each user message with the assistant message after it.
 
@@ -331,13 +334,14 @@ class RoundNodeParser(NodeParser):
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise VMemInputError("messages", f"must be a list of ChatMessage, got {type(messages).__name__}")
         session_id = optional_str("messages", "session_id", session_id, empty_ok=False)
-        timestamp = optional_timestamp("messages", timestamp)
+        timestamp = optional_timestamp("messages", timestamp, reading)
         rounds: List[RoundInput] = []
         awaiting_reply = False
-        for i, msg in enumerate(messages):
+        for i, msg in enumerate(messages, start=1):
             item = f"message {i}"
             if not isinstance(msg, ChatMessage):
-                raise VMemInputError(item, f"must be a ChatMessage, got {type(msg).__name__}")
+                hint = ": build it with ChatMessage(role=..., content=...)" if isinstance(msg, Mapping) else ""
+                raise VMemInputError(item, f"must be a ChatMessage, got {type(msg).__name__}{hint}")
             if msg.role in INSTRUCTION_ROLES:
                 continue
             if msg.role == MessageRole.USER:
@@ -389,10 +393,10 @@ class RoundNodeParser(NodeParser):
             if isinstance(block, TextBlock):
                 texts.append(block.text)
             elif isinstance(block, ImageBlock):
-                target.images.append(self._image_from_block(f"{item} image {n_img}", block, ids, captions, n_img, role))
+                target.images.append(self._image_from_block(f"{item} image {n_img + 1}", block, ids, captions, n_img, role))
                 n_img += 1
             elif isinstance(block, AudioBlock):
-                target.audio_transcripts.append(self._transcribe(f"{item} audio {n_audio}", block, transcripts, n_audio))
+                target.audio_transcripts.append(self._transcribe(f"{item} audio {n_audio + 1}", block, transcripts, n_audio))
                 n_audio += 1
             else:
                 raise VMemInputError(item, f"unsupported content block {type(block).__name__}")

@@ -36,7 +36,7 @@ from .config import VMemConfig
 from .encoders import Bm25Encoder, Sparse, encoder_id, resolve_build_options
 from .encoders.text import padded_batches, token_lengths
 from .encoders.threads import query_threads
-from .errors import VMemInputError
+from .errors import VMemInputError, keywords_listed
 from .lifecycle import Selection, StoredRound
 from .node_parser import (ParsedRound, Renamed, RoundInput, RoundNodeParser, Transcriber, check_text, checked_round, content_hash,
                           default_round_key, last_default_number, refuse_repeated_keys, round_input_from_dict,
@@ -186,26 +186,37 @@ class RoundMemory:
 
     # -- ingestion ----------------------------------------------------------------------------
 
+    @keywords_listed
     def add_round(
         self,
         user: str = "",
         assistant: str = "",
         images: Optional[Sequence[Mapping[str, Any]]] = None,
         session_id: Optional[str] = None,
-        timestamp: Optional[Union[str, date]] = None,
+        timestamp: Optional[Union[str, date, int, float]] = None,
         round_key: Optional[str] = None,
         audio: Optional[Sequence[str]] = None,
         *,
         dedupe: bool = True,
+        dayfirst: Optional[bool] = None,
+        lenient: bool = False,
     ) -> TextNode:
-        """Append one round; returns its round node (the stored one, where it was stored already)."""
+        """Append one round; returns its round node (the stored one, where it was stored already).
+        ``timestamp``, ``dayfirst`` and ``lenient`` are read as in ``add_rounds``."""
         data = {"user": user, "assistant": assistant, "images": images, "audio": audio,
                 "session_id": session_id, "timestamp": timestamp, "round_key": round_key}
-        return self.add_rounds([data], dedupe=dedupe)[0]
+        return self.add_rounds([data], dedupe=dedupe, dayfirst=dayfirst, lenient=lenient)[0]
 
-    def add_rounds(self, rounds: Sequence[Mapping[str, Any]], *, dedupe: bool = True) -> List[TextNode]:
+    @keywords_listed
+    def add_rounds(self, rounds: Sequence[Mapping[str, Any]], *, dedupe: bool = True, dayfirst: Optional[bool] = None,
+                   lenient: bool = False) -> List[TextNode]:
         """Append round dicts ``{user, assistant, images, audio, session_id, timestamp, round_key}``;
         returns a round node for each, in order.
+
+        A ``timestamp`` is text, a ``datetime``, a ``date`` or epoch seconds (``times.stored_timestamp``).
+        A date whose day and month could be swapped ("06/07/2024") is refused unless ``dayfirst``
+        says which comes first; text that reads as no time ("yesterday") is refused unless
+        ``lenient``, which stores it as given (a time range then never selects its round).
 
         As LlamaIndex's ingestion pipeline skips a document it has already stored, a round whose
         exchange this memory already holds is not stored again: the same text, audio transcripts,
@@ -218,38 +229,50 @@ class RoundMemory:
             raise VMemInputError("rounds", f"must be a list of round dicts, got {type(rounds).__name__}")
         if not rounds:
             raise VMemInputError("rounds", "conversation is empty")
-        inputs = [round_input_from_dict(f"round {i}", r) for i, r in enumerate(rounds)]
+        reading = times.TimestampReading(dayfirst, lenient)
+        inputs = [round_input_from_dict(f"round {i}", r, reading) for i, r in enumerate(rounds, start=1)]
         return self._commit(inputs, dedupe)
 
+    @keywords_listed
     def add_messages(
-        self, messages: Sequence[ChatMessage], session_id: Optional[str] = None, timestamp: Optional[Union[str, date]] = None,
-        *, dedupe: bool = True,
+        self, messages: Sequence[ChatMessage], session_id: Optional[str] = None,
+        timestamp: Optional[Union[str, date, int, float]] = None, *, dedupe: bool = True, dayfirst: Optional[bool] = None,
+        lenient: bool = False,
     ) -> List[TextNode]:
         """Append a chat transcript: each user message and the assistant reply after it is a round
-        (an exchange already stored is not stored again, as in ``add_rounds``)."""
-        return self.add_round_inputs(self.rounds_from_messages(messages, session_id=session_id, timestamp=timestamp), dedupe=dedupe)
+        (an exchange already stored is not stored again, and ``timestamp`` is read, as in ``add_rounds``)."""
+        rounds = self.rounds_from_messages(messages, session_id=session_id, timestamp=timestamp, dayfirst=dayfirst, lenient=lenient)
+        return self.add_round_inputs(rounds, dedupe=dedupe, lenient=lenient)
 
+    @keywords_listed
     def rounds_from_messages(
-        self, messages: Sequence[ChatMessage], session_id: Optional[str] = None, timestamp: Optional[Union[str, date]] = None
+        self, messages: Sequence[ChatMessage], session_id: Optional[str] = None,
+        timestamp: Optional[Union[str, date, int, float]] = None, *, dayfirst: Optional[bool] = None, lenient: bool = False,
     ) -> List[RoundInput]:
         """Check and split chat messages into rounds as ``add_messages`` does, storing nothing (audio
         is transcribed here), so a chat engine can refuse a turn before its LLM answers it."""
-        rounds = self._parser.rounds_from_messages(messages, session_id=session_id, timestamp=timestamp)
+        reading = times.TimestampReading(dayfirst, lenient)
+        rounds = self._parser.rounds_from_messages(messages, session_id=session_id, timestamp=timestamp, reading=reading)
         check_text(rounds)
         return rounds
 
-    def add_round_inputs(self, rounds: Sequence[RoundInput], *, dedupe: bool = True) -> List[TextNode]:
+    @keywords_listed
+    def add_round_inputs(self, rounds: Sequence[RoundInput], *, dedupe: bool = True, dayfirst: Optional[bool] = None,
+                         lenient: bool = False) -> List[TextNode]:
         """Append rounds made by ``rounds_from_messages``, or built by hand (checked as round dicts
         are; an exchange already stored is not stored again, as in ``add_rounds``)."""
         if not isinstance(rounds, Sequence) or not rounds or not all(isinstance(r, RoundInput) for r in rounds):
-            raise VMemInputError("rounds", f"must be a non-empty list of RoundInput, got {rounds!r:.200}")
-        return self._commit([checked_round(r.item(i), r) for i, r in enumerate(rounds)], dedupe)
+            given = rounds if isinstance(rounds, Sequence) else ()
+            hint = "; chat messages go to add_messages" if any(isinstance(r, ChatMessage) for r in given) else ""
+            raise VMemInputError("rounds", f"must be a non-empty list of RoundInput, got {rounds!r:.200}{hint}")
+        reading = times.TimestampReading(dayfirst, lenient)
+        return self._commit([checked_round(r.item(i), r, reading) for i, r in enumerate(rounds, start=1)], dedupe)
 
     async def aadd_round(self, *args: Any, **kwargs: Any) -> TextNode:
         return await asyncio.to_thread(lambda: self.add_round(*args, **kwargs))
 
-    async def aadd_rounds(self, rounds: Sequence[Mapping[str, Any]], *, dedupe: bool = True) -> List[TextNode]:
-        return await asyncio.to_thread(lambda: self.add_rounds(rounds, dedupe=dedupe))
+    async def aadd_rounds(self, rounds: Sequence[Mapping[str, Any]], **kwargs: Any) -> List[TextNode]:
+        return await asyncio.to_thread(lambda: self.add_rounds(rounds, **kwargs))
 
     async def aadd_messages(self, messages: Sequence[ChatMessage], **kwargs: Any) -> List[TextNode]:
         return await asyncio.to_thread(lambda: self.add_messages(messages, **kwargs))
@@ -260,7 +283,7 @@ class RoundMemory:
         check_text(inputs)
         refuse_repeated_keys([r.round_key for r in inputs if r.round_key is not None])  # else a repeat could pass as stored
         # fetched and decoded outside the lock: a slow URL holds up no other writer of this memory
-        inputs = [self._parser.load_images(r, r.item(i), r.round_key) for i, r in enumerate(inputs)]
+        inputs = [self._parser.load_images(r, r.item(i), r.round_key) for i, r in enumerate(inputs, start=1)]
         hashes = [content_hash(r) for r in inputs]
         with _write_lock(self.store, self.memory_id):
             last = self._last_seq()

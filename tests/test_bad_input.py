@@ -263,7 +263,7 @@ def test_bad_image_block_in_second_message_round(memory, fresh_image):
              additional_kwargs={"image_ids": ["M:IMG_2"]}),
         assistant("cannot see it"),
     ]
-    err = rejected(memory, lambda: memory.add_messages(messages), item="message 2 image 0")
+    err = rejected(memory, lambda: memory.add_messages(messages), item="message 3 image 1")
     assert "ftp" in err.problem
 
 
@@ -271,7 +271,7 @@ def test_bad_image_block_in_second_message_round(memory, fresh_image):
 def test_an_image_block_of_empty_bytes_is_refused_as_empty_by_name(memory, fresh_image, empty):
     messages = [user(blocks=[TextBlock(text="a good picture"), ImageBlock(path=Path(fresh_image["path"]))]), assistant("nice"),
                 user(blocks=[TextBlock(text="and this one"), ImageBlock(image=empty)]), assistant("I see nothing")]
-    err = rejected(memory, lambda: memory.add_messages(messages), item="message 2 image 0")
+    err = rejected(memory, lambda: memory.add_messages(messages), item="message 3 image 1")
     assert "empty" in err.problem
     if isinstance(empty, io.BytesIO):  # attached to a question: the memory block's recall goes on by its text
         asked = user(blocks=[TextBlock(text="what is this picture?"), ImageBlock(image=io.BytesIO(b""))])
@@ -331,11 +331,11 @@ def test_empty_conversation(memory, call, item):
 @pytest.mark.parametrize(
     "call, item",
     [
-        (lambda m, img: m.add_round(), "round 0"),
+        (lambda m, img: m.add_round(), "round 1"),
         (lambda m, img: m.add_round(user="   ", assistant="\n", round_key="D2:5"), "round D2:5"),
         (lambda m, img: m.add_rounds([{"user": "fine", "images": [img], "round_key": "D2:1"},
                                       {"round_key": "D2:2"}]), "round D2:2"),
-        (lambda m, img: m.add_messages([user("hi"), assistant("yo"), user(""), assistant("")]), "messages 2-3"),
+        (lambda m, img: m.add_messages([user("hi"), assistant("yo"), user(""), assistant("")]), "messages 3-4"),
         (lambda m, img: m.add_round(audio=["", " \n"], round_key="D2:5"), "round D2:5"),
     ],
     ids=["no_arguments", "whitespace_only", "second_round_of_batch", "empty_messages", "blank_transcripts"],
@@ -352,11 +352,11 @@ def test_round_with_neither_text_nor_images(memory, fresh_image, call, item):
 @pytest.mark.parametrize(
     "messages, item, words",
     [
-        ([assistant("hello there"), user("hi")], "message 0", "assistant message without a user message"),
-        ([user("first"), user("second"), assistant("reply")], "message 1", "two user messages in a row"),
-        ([user("fine"), assistant("ok"), assistant("again")], "message 2", "assistant message without a user"),
-        ([user("fine"), assistant("ok"), user("q"), user("q again")], "message 3", "two user messages in a row"),
-        ([user("call a tool"), ChatMessage(role=MessageRole.TOOL, content="42")], "message 1",
+        ([assistant("hello there"), user("hi")], "message 1", "assistant message without a user message"),
+        ([user("first"), user("second"), assistant("reply")], "message 2", "two user messages in a row"),
+        ([user("fine"), assistant("ok"), assistant("again")], "message 3", "assistant message without a user"),
+        ([user("fine"), assistant("ok"), user("q"), user("q again")], "message 4", "two user messages in a row"),
+        ([user("call a tool"), ChatMessage(role=MessageRole.TOOL, content="42")], "message 2",
          "role 'tool' is not one of user, assistant, chatbot, model, system, developer"),
     ],
     ids=["assistant_first", "two_users", "two_assistants_after_valid_round", "two_users_after_valid_round",
@@ -369,7 +369,7 @@ def test_message_role_out_of_order(memory, messages, item, words):
 
 def test_unsupported_content_block(memory):
     messages = [user("fine"), assistant("ok"), user(blocks=[DocumentBlock(data=b"%PDF-1.4 tiny")])]
-    err = rejected(memory, lambda: memory.add_messages(messages), item="message 2")
+    err = rejected(memory, lambda: memory.add_messages(messages), item="message 3")
     assert "DocumentBlock" in err.problem
 
 
@@ -428,12 +428,12 @@ def test_a_default_image_id_moves_past_ids_callers_chose(memory):
 @pytest.mark.parametrize(
     "call, item, field",
     [
-        (lambda m: m.add_round(user="caf\udce9 au lait"), "round 0", "user"),
+        (lambda m: m.add_round(user="caf\udce9 au lait"), "round 1", "user"),
         (lambda m: m.add_round(user="x", round_key="k\ud83d"), "round k\\ud83d", "round_key"),
-        (lambda m: m.add_round(user="x", session_id="s\ud83d"), "round 0", "session_id"),
+        (lambda m: m.add_round(user="x", session_id="s\ud83d"), "round 1", "session_id"),
         (lambda m: m.add_rounds([{"user": "fine", "round_key": "D2:1"}, {"user": "x", "images": [{"caption": "caf\udce9"}]}]),
-         "round 1", "image 0 caption"),
-        (lambda m: m.add_messages([user("caf\udce9")]), "message 0", "user"),
+         "round 2", "image 1 caption"),
+        (lambda m: m.add_messages([user("caf\udce9")]), "message 1", "user"),
     ],
     ids=["user", "round_key", "session_id", "caption_in_second_round", "message"],
 )
@@ -446,10 +446,10 @@ def test_text_that_is_not_utf8(memory, call, item, field):
 @pytest.mark.parametrize(
     "call, item, field",
     [
-        (lambda m, big: m.add_round(user=big), "round 0", "user"),
+        (lambda m, big: m.add_round(user=big), "round 1", "user"),
         (lambda m, big: m.add_rounds([{"user": "fine", "round_key": "D2:1"}, {"user": "x", "images": [{"caption": big}]}]),
-         "round 1", "image 0 caption"),
-        (lambda m, big: m.add_messages([user("hi"), ChatMessage(role=MessageRole.ASSISTANT, content=big)]), "messages 0-1", "assistant"),
+         "round 2", "image 1 caption"),
+        (lambda m, big: m.add_messages([user("hi"), ChatMessage(role=MessageRole.ASSISTANT, content=big)]), "messages 1-2", "assistant"),
     ],
     ids=["user", "caption_in_second_round", "message"],
 )
@@ -469,66 +469,66 @@ def test_text_over_the_size_limit_is_refused_by_field(memory, call, item, field)
 @pytest.mark.parametrize(
     "call, item, words",
     [
-        (lambda m: m.add_round(user=123), "round 0", "'user' must be a string, got int"),
-        (lambda m: m.add_round(user="hi", assistant=["x"]), "round 0", "'assistant' must be a string, got list"),
+        (lambda m: m.add_round(user=123), "round 1", "'user' must be a string, got int"),
+        (lambda m: m.add_round(user="hi", assistant=["x"]), "round 1", "'assistant' must be a string, got list"),
         (lambda m: m.add_messages("hello"), "messages", "must be a list of ChatMessage, got str"),
         (lambda m: m.add_messages(user("hello")), "messages", "must be a list of ChatMessage"),
         (lambda m: m.add_rounds({"user": "x"}), "rounds", "must be a list of round dicts, got dict"),
-        (lambda m: m.add_rounds([{"user": "ok", "round_key": "D2:1"}, "not a dict"]), "round 1",
+        (lambda m: m.add_rounds([{"user": "ok", "round_key": "D2:1"}, "not a dict"]), "round 2",
          "a round must be a dict, got str"),
-        (lambda m: m.add_rounds([{"user": "x", "imagez": []}]), "round 0", "unknown round fields ['imagez']"),
-        (lambda m: m.add_messages([user("hi"), {"role": "assistant", "content": "x"}]), "message 1",
+        (lambda m: m.add_rounds([{"user": "x", "imagez": []}]), "round 1", "unknown round fields ['imagez']"),
+        (lambda m: m.add_messages([user("hi"), {"role": "assistant", "content": "x"}]), "message 2",
          "must be a ChatMessage, got dict"),
-        (lambda m: m.add_rounds([{"user": "x", "images": "not a list"}]), "round 0", "'images' must be a list"),
-        (lambda m: m.add_rounds([{"user": "x", "images": {"path": "a.png"}}]), "round 0", "'images' must be a list"),
-        (lambda m: m.add_round(user="x", images=["photo.png"]), "round 0 image 0", "must be a dict, got str"),
-        (lambda m: m.add_round(user="x", images=[{"file": "a.png"}]), "round 0 image 0", "unknown image fields"),
-        (lambda m: m.add_round(user="x", session_id=[1]), "round 0", "'session_id' must be a string, got list"),
-        (lambda m: m.add_round(user="x", timestamp=3.5), "round 0", "'timestamp' must be a string, got float"),
-        (lambda m: m.add_round(user="x", round_key=True), "round 0", "'round_key' must be a string, got bool"),
-        (lambda m: m.add_round(user="x", round_key=""), "round 0", "'round_key' must have a visible character"),
-        (lambda m: m.add_round(user="x", round_key="  "), "round 0", "'round_key' must have a visible character"),
-        (lambda m: m.add_round(user="x", session_id=""), "round 0", "'session_id' must have a visible character"),
+        (lambda m: m.add_rounds([{"user": "x", "images": "not a list"}]), "round 1", "'images' must be a list"),
+        (lambda m: m.add_rounds([{"user": "x", "images": {"path": "a.png"}}]), "round 1", "'images' must be a list"),
+        (lambda m: m.add_round(user="x", images=["photo.png"]), "round 1 image 1", "must be a dict, got str"),
+        (lambda m: m.add_round(user="x", images=[{"file": "a.png"}]), "round 1 image 1", "unknown image fields"),
+        (lambda m: m.add_round(user="x", session_id=[1]), "round 1", "'session_id' must be a string, got list"),
+        (lambda m: m.add_round(user="x", timestamp=True), "round 1", "'timestamp' must be a datetime, a date, epoch seconds or text, got bool"),
+        (lambda m: m.add_round(user="x", round_key=True), "round 1", "'round_key' must be a string, got bool"),
+        (lambda m: m.add_round(user="x", round_key=""), "round 1", "'round_key' must have a visible character"),
+        (lambda m: m.add_round(user="x", round_key="  "), "round 1", "'round_key' must have a visible character"),
+        (lambda m: m.add_round(user="x", session_id=""), "round 1", "'session_id' must have a visible character"),
         (lambda m: m.add_messages([user("hi"), assistant("yo")], session_id=""), "messages", "'session_id' must have a visible character"),
-        (lambda m: m.add_rounds([{"user": "x", "audio": "a transcript"}]), "round 0", "'audio' must be a list"),
-        (lambda m: m.add_round(user="x", round_key="\u200b"), "round 0", "'round_key' must have a visible character"),
-        (lambda m: m.add_rounds([{"user": "x", 1: "a", "zz": 2}]), "round 0", "unknown round fields ['zz', 1]"),
-        (lambda m: m.add_round(user="x", images=[{"caption": "c", 1: "a", "zz": 2}]), "round 0 image 0", "unknown image fields ['zz', 1]"),
-        (lambda m: m.add_round(user="x", audio=5), "round 0", "'audio' must be a list"),
-        (lambda m: m.add_round(user="x", audio={"hello": 1}), "round 0", "'audio' must be a list"),
+        (lambda m: m.add_rounds([{"user": "x", "audio": "a transcript"}]), "round 1", "'audio' must be a list"),
+        (lambda m: m.add_round(user="x", round_key="\u200b"), "round 1", "'round_key' must have a visible character"),
+        (lambda m: m.add_rounds([{"user": "x", 1: "a", "zz": 2}]), "round 1", "unknown round fields ['zz', 1]"),
+        (lambda m: m.add_round(user="x", images=[{"caption": "c", 1: "a", "zz": 2}]), "round 1 image 1", "unknown image fields ['zz', 1]"),
+        (lambda m: m.add_round(user="x", audio=5), "round 1", "'audio' must be a list"),
+        (lambda m: m.add_round(user="x", audio={"hello": 1}), "round 1", "'audio' must be a list"),
         (lambda m: m.add_round(user="x", round_key="D2:1", images=[{"image_id": "X", "caption": "a"}, {"image_id": "X", "caption": "b"}]),
          "round D2:1 image X", "two images of this round have this id"),
         (lambda m: m.add_messages([user(blocks=[TextBlock(text="hi"), AudioBlock(audio=b"RIFF")],
                                         additional_kwargs={"transcripts": "hello world"})]),
-         "message 0", "additional_kwargs['transcripts'] must be a list"),
+         "message 1", "additional_kwargs['transcripts'] must be a list"),
         (lambda m: m.add_messages([user(blocks=[TextBlock(text="hi"), AudioBlock(audio=b"RIFF")],
                                         additional_kwargs={"transcripts": [None]})]),
-         "message 0 audio 0", "transcript must be a string, got NoneType"),
+         "message 1 audio 1", "transcript must be a string, got NoneType"),
         (lambda m: m.add_messages([user(blocks=[TextBlock(text="hi")], additional_kwargs={"image_ids": "CAT_1"})]),
-         "message 0", "additional_kwargs['image_ids'] must be a list"),
+         "message 1", "additional_kwargs['image_ids'] must be a list"),
         (lambda m: m.add_messages([user(blocks=[TextBlock(text="hi")], additional_kwargs={"image_ids": ["CAT_1"]})]),
-         "message 0", "additional_kwargs['image_ids'] has 1 entries for 0 image block(s)"),
+         "message 1", "additional_kwargs['image_ids'] has 1 entries for 0 image block(s)"),
         (lambda m: m.add_messages([user(blocks=[TextBlock(text="hi"), AudioBlock(audio=b"RIFF")],
                                         additional_kwargs={"transcripts": ["hello", "world"]})]),
-         "message 0", "additional_kwargs['transcripts'] has 2 entries for 1 audio block(s)"),
+         "message 1", "additional_kwargs['transcripts'] has 2 entries for 1 audio block(s)"),
         (lambda m: m.add_round_inputs([]), "rounds", "non-empty list of RoundInput"),
         (lambda m: m.add_round_inputs([{"user": "x"}]), "rounds", "non-empty list of RoundInput"),
-        (lambda m: m.add_round_inputs([RoundInput(user="ok", round_key="D2:1"), RoundInput(user=5)]), "round 1",
+        (lambda m: m.add_round_inputs([RoundInput(user="ok", round_key="D2:1"), RoundInput(user=5)]), "round 2",
          "'user' must be a string, got int"),
         (lambda m: m.add_round_inputs([RoundInput(user="x", round_key=7, audio_transcripts="a transcript")]), "round 7",
          "'audio' must be a list"),
-        (lambda m: m.add_round_inputs([RoundInput(user="x", images=[{"caption": "a cat"}])]), "round 0 image 0",
+        (lambda m: m.add_round_inputs([RoundInput(user="x", images=[{"caption": "a cat"}])]), "round 1 image 1",
          "must be an ImageInput, got dict"),
-        (lambda m: m.add_round_inputs([RoundInput(user="x", images=[ImageInput(image_id="C", caption=3)])]), "round 0 image C",
+        (lambda m: m.add_round_inputs([RoundInput(user="x", images=[ImageInput(image_id="C", caption=3)])]), "round 1 image C",
          "'caption' must be a string, got int"),
-        (lambda m: m.add_round_inputs([RoundInput(user="x", timestamp={"day": 1})]), "round 0",
-         "'timestamp' must be a string, got dict"),
-        (lambda m: m.add_round_inputs([RoundInput(user="x", round_key="\u200b")]), "round 0",
+        (lambda m: m.add_round_inputs([RoundInput(user="x", timestamp={"day": 1})]), "round 1",
+         "'timestamp' must be a datetime, a date, epoch seconds or text, got dict"),
+        (lambda m: m.add_round_inputs([RoundInput(user="x", round_key="\u200b")]), "round 1",
          "'round_key' must have a visible character"),
         # a hand-made ``checked`` vouches for nothing: the bytes are checked as any image's are
         (lambda m: m.add_round_inputs([RoundInput(user="x", images=[ImageInput(image_id="C", data=b"junk",
                                                                                checked=LoadedImage(b"junk", "PNG", 1, 1))])]),
-         "round 0 image C", "not an image"),
+         "round 1 image C", "not an image"),
     ],
     ids=[
         "user_int", "assistant_list", "add_messages_str", "add_messages_single_message", "add_rounds_dict",
@@ -565,7 +565,7 @@ def test_a_check_an_image_was_not_given_by_validate_vouches_for_nothing(memory, 
 
 def test_add_round_images_given_a_string(memory):
     """``images="not a list"`` is the caller's mistake with ``images``, not with a character of it."""
-    err = rejected(memory, lambda: memory.add_round(user="x", images="not a list"), item="round 0")
+    err = rejected(memory, lambda: memory.add_round(user="x", images="not a list"), item="round 1")
     assert "'images' must be a list" in err.problem
 
 
@@ -607,11 +607,11 @@ def test_image_id_of_wrong_type(memory, fresh_image):
     "messages, item",
     [
         ([user(blocks=[TextBlock(text="listen"), AudioBlock(audio=b"RIFF....")]), assistant("ok")],
-         "message 0 audio 0"),
+         "message 1 audio 1"),
         ([user("fine"), assistant("ok"), user(blocks=[AudioBlock(audio=b"RIFF....")]), assistant("hm")],
-         "message 2 audio 0"),
+         "message 3 audio 1"),
         ([user(blocks=[AudioBlock(audio=b"RIFF...."), AudioBlock(audio=b"RIFF....")],
-               additional_kwargs={"transcripts": ["only the first"]})], "message 0 audio 1"),
+               additional_kwargs={"transcripts": ["only the first"]})], "message 1 audio 2"),
     ],
     ids=["first_message", "after_valid_round", "second_block_lacks_transcript"],
 )
@@ -625,7 +625,7 @@ def test_transcriber_returning_non_string(make_index, photos):
     index.add_rounds([dict(COFFEE_ROUND, images=[{"image_id": "D1:IMG_001", "path": str(photos["coffee"])}]),
                       HORSE_ROUND])
     messages = [user(blocks=[AudioBlock(audio=b"RIFF....")]), assistant("ok")]
-    err = rejected(index, lambda: index.add_messages(messages), item="message 0 audio 0")
+    err = rejected(index, lambda: index.add_messages(messages), item="message 1 audio 1")
     assert "NoneType" in err.problem
 
 
@@ -830,8 +830,8 @@ def test_an_array_for_a_list_is_refused_as_not_a_list(memory, call):
 
 @pytest.mark.parametrize("call, item", [
     (lambda m, photo: m.add_messages([user(blocks=[TextBlock(text="x"), ImageBlock(path=photo)], additional_kwargs={"image_captions": [42]}),
-                                      assistant("ok")]), "message 0 image 0"),
-    (lambda m, photo: m.as_chat_engine(llm=MockLLM(), delivery="text").chat("x", image_path=photo, image_caption=42), "message 0 image 0"),
+                                      assistant("ok")]), "message 1 image 1"),
+    (lambda m, photo: m.as_chat_engine(llm=MockLLM(), delivery="text").chat("x", image_path=photo, image_caption=42), "message 1 image 1"),
 ], ids=["add_messages", "chat_engine"])
 def test_a_caption_that_is_not_text_is_refused_by_messages_as_by_add_round(memory, photos, call, item):
     """``add_round`` refused ``caption=42``; ``add_messages`` stored it as the caption "42"."""
@@ -911,3 +911,58 @@ def test_a_model_of_the_wrong_kind_opens_no_memory(tmp_path, item, given, words)
     with pytest.raises(VMemInputError, match=f"^{item}: {words}$"):
         VMemIndex.from_defaults(path=tmp_path / "m", **{item: given})
     assert not (tmp_path / "m" / "qdrant").exists()
+
+
+@pytest.mark.parametrize("attached, words", [
+    ("missing.png", "image file not found: missing.png"),
+    (".", "is not a regular file"),
+], ids=["missing", "a_folder"])
+def test_the_chat_engine_refuses_an_unreadable_photo_in_its_own_words(memory, attached, words):
+    """A missing photo was refused in pydantic's words (``1 validation error for ImageBlock ...
+    path_not_file``), where the retriever says it plainly."""
+    chat = memory.as_chat_engine(llm=MockLLM(), delivery="text")
+    err = rejected(memory, lambda: chat.chat("What is this?", image_path=attached), item="image_path")
+    assert words in err.problem and "validation error" not in str(err) and "pydantic" not in str(err)
+    assert chat.chat_history == []
+
+
+@pytest.mark.parametrize("given, item", [
+    ([ChatMessage(role=MessageRole.USER, content="hi")], "round 1"),
+    ([COFFEE_ROUND, {"role": "user", "content": "hi"}], "round 2"),
+], ids=["ChatMessage", "message_dict"])
+def test_add_rounds_given_chat_messages_points_to_add_messages(memory, given, item):
+    err = rejected(memory, lambda: memory.add_rounds(given), item=item)
+    assert "is a chat message" in err.problem and "add_messages" in err.problem
+
+
+def test_add_round_inputs_given_chat_messages_points_to_add_messages(memory):
+    err = rejected(memory, lambda: memory.add_round_inputs([ChatMessage(role=MessageRole.USER, content="hi")]), item="rounds")
+    assert err.problem.endswith("chat messages go to add_messages")
+
+
+def test_add_messages_given_a_message_dict_says_how_to_build_one(memory):
+    err = rejected(memory, lambda: memory.add_messages([{"role": "user", "content": "hi"}]), item="message 1")
+    assert "ChatMessage(role=..., content=...)" in err.problem
+
+
+@pytest.mark.parametrize("call, takes", [
+    (lambda m: m.add_round(user="x", image="a.png"), "user, assistant, images, session_id, timestamp, round_key, audio, dedupe"),
+    (lambda m: m.add_rounds([HORSE_ROUND], dedup=False), "rounds, dedupe, dayfirst, lenient"),
+    (lambda m: m.add_messages([user("x")], session="S"), "messages, session_id, timestamp, dedupe, dayfirst, lenient"),
+    (lambda m: asyncio.run(m.aadd_rounds([HORSE_ROUND], dedup=False)), "rounds, dedupe, dayfirst, lenient"),
+    (lambda m: m.as_chat_engine(llm=MockLLM()).chat("hi", image="x.png"), "message, chat_history, image_path, image_caption"),
+    (lambda m: m.as_chat_engine(llm=MockLLM()).stream_chat("hi", image="x.png"), "message, chat_history, image_path, image_caption"),
+    (lambda m: asyncio.run(m.as_chat_engine(llm=MockLLM()).achat("hi", image="x.png")), "image_path, image_caption"),
+    (lambda m: asyncio.run(m.as_chat_engine(llm=MockLLM()).astream_chat("hi", image="x.png")), "image_path, image_caption"),
+    (lambda m: VMemIndex.from_defaults(memory="alice"), "path, url, memory_id, embed_model"),
+    (lambda m: m.as_retriever(top_k=3), "similarity_top_k"),
+    (lambda m: m.as_query_engine(llm=MockLLM(), stream=True), "streaming"),
+    (lambda m: m.as_chat_engine(llm=MockLLM(), session="S"), "session_id"),
+], ids=["add_round", "add_rounds", "add_messages", "aadd_rounds", "chat", "stream_chat", "achat", "astream_chat",
+        "from_defaults", "as_retriever", "as_query_engine", "as_chat_engine"])
+def test_an_unknown_keyword_lists_the_accepted_ones(memory, call, takes):
+    before = snapshot(memory)
+    with pytest.raises(TypeError) as caught:
+        call(memory)
+    assert takes in str(caught.value)
+    assert snapshot(memory) == before

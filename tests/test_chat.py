@@ -105,9 +105,9 @@ def test_memory_block_stores_what_memory_flushes_and_logs_what_it_leaves_out(mak
     assert _rounds(index)[1].metadata["image_ids"] == ["S1:2:IMG_1"]
     assert all(r.metadata["session_id"] == "S1" and r.metadata["timestamp"] for r in _rounds(index))
     log = caplog.text
-    assert "not stored: flushed system message 0" in log and "not stored: flushed tool message 6" in log
-    assert "not stored: ThinkingBlock of flushed message 3" in log
-    assert "not stored: ToolCallBlock of flushed message 5" in log
+    assert "not stored: flushed system message 1" in log and "not stored: flushed tool message 7" in log
+    assert "not stored: ThinkingBlock of flushed message 4" in log
+    assert "not stored: ToolCallBlock of flushed message 6" in log
     assert "storing a flushed exchange as text only" in log and "audio needs a transcript" in log
 
 
@@ -126,7 +126,7 @@ def test_a_flushed_image_of_empty_bytes_is_stored_as_its_text_and_the_rest_of_th
     assert [r.text for r in _rounds(index)] == ["User: My bike is red.\nAssistant: Noted.",
                                                "User: Here is the bike.\nAssistant: Nice.",
                                                "User: The locker code is 4417.\nAssistant: Got it."]
-    assert "message 0 image 0: image is empty" in caplog.text
+    assert "message 1 image 1: image is empty" in caplog.text
 
 
 def test_a_flushed_exchange_whose_text_is_refused_is_stored_as_far_as_it_can_be(make_index, caplog):
@@ -628,11 +628,11 @@ def test_every_chat_variant_appends_exactly_one_round_in_one_chat_trace(make_ind
 UNSTORABLE = {
     "audio_without_transcript": (lambda photos: [TextBlock(text="Listen to my song."),
                                                  AudioBlock(audio=b"RIFF....WAVEfmt ", format="wav")],
-                                 r"^message 0 audio 0: audio needs a transcript"),
+                                 r"^message 1 audio 1: audio needs a transcript"),
     "second_image_corrupt": (lambda photos: [TextBlock(text="Are these the same cat?"), ImageBlock(path=photos["chelsea"]),
-                                             ImageBlock(image=b"not an image")], r"^message 0 image 1: not an image"),
+                                             ImageBlock(image=b"not an image")], r"^message 1 image 2: not an image"),
     "image_block_empty": (lambda photos: [TextBlock(text="Look!"), ImageBlock()],
-                          r"^message 0 image 0: has neither pixels nor a caption"),
+                          r"^message 1 image 1: has neither pixels nor a caption"),
 }
 
 

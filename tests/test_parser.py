@@ -102,6 +102,6 @@ def test_a_message_image_is_read_and_decoded_once(tmp_path, photos, monkeypatch)
     parser = RoundNodeParser(memory_id="m", image_dir=str(tmp_path))
     message = ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text="My cat"), ImageBlock(path=photos["chelsea"])])
     [parsed] = parser.parse_rounds(parser.rounds_from_messages([message], session_id="D1"))
-    assert decoded == ["message 0 image 0"]
+    assert decoded == ["message 1 image 1"]
     [(path, loaded)] = parsed.pending_images.items()
     assert loaded.data == photos["chelsea"].read_bytes() and path.suffix == ".png"

@@ -63,6 +63,8 @@ class Scope:
 
 #: The most points one store call may ask for: Qdrant's gRPC API takes a limit as an unsigned 32-bit number.
 MAX_LIMIT = 2**32 - 1
+#: The most memories ``LaneStore.memories`` reports: far more than one store serves in practice.
+MAX_MEMORIES = 1_000_000
 #: The largest ``seq`` an archive may bring. Both backends compare a range as a float64 (Edge's
 #: ``RangeFloat``, the server's ``Range``), exact for whole numbers up to 2**53 only; past it, the
 #: sweep of units past the last round (``seq`` from ``last + 1``) would read ``last + 1`` as ``last``
@@ -261,6 +263,12 @@ class LaneStore(abc.ABC):
         """Ids of the ``limit`` round records with the lowest ``seq`` in scope, in order, read
         through the ``seq`` index without payloads: a page far into a memory skips the rounds
         before it cheaply, instead of reading and sorting every round."""
+
+    @abc.abstractmethod
+    def memories(self) -> Dict[str, int]:
+        """Each memory the store holds, by ``memory_id``, with how many rounds it holds (a memory
+        with no whole round is none); empty for a store not created yet. Read through the memory
+        id's index, which counts, so no round's payload is read."""
 
     @abc.abstractmethod
     def delete(self, collection: Collection, scope: Scope) -> None: ...

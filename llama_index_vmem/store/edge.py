@@ -20,7 +20,7 @@ from .. import schema
 from ..encoders import encoder_differences, same_encoders
 from ..encoders.bm25 import Sparse
 from ..images import write_atomically
-from .base import SPARSE_VECTORS, Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
+from .base import MAX_MEMORIES, SPARSE_VECTORS, Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
 logger = logging.getLogger(__name__)
 
@@ -195,6 +195,20 @@ class EdgeLaneStore(LaneStore):
         )
         return [str(r.id) for r in records]
 
+    def memories(self) -> Dict[str, int]:
+        """Read from the open round shard, or, where this process has not opened the store, from the
+        round shard opened for this read and closed after it."""
+        with self._lock:
+            if Collection.ROUNDS in self._shards:
+                return _memory_counts(self._shards[Collection.ROUNDS])
+            if not (self.path / MANIFEST).exists():
+                return {}
+            shard = self._load([Collection.ROUNDS])[Collection.ROUNDS]
+            try:
+                return _memory_counts(shard)
+            finally:
+                shard.close()
+
     def delete(self, collection: Collection, scope: Scope) -> None:
         if not scope.is_empty:
             self._shards[collection].update(qe.UpdateOperation.delete_points_by_filter(_filter(scope)))
@@ -223,6 +237,11 @@ class EdgeLaneStore(LaneStore):
                 shard.flush()
                 shard.close()
             self._shards.clear()
+
+
+def _memory_counts(shard: qe.EdgeShard) -> Dict[str, int]:
+    found = shard.facet(qe.FacetRequest(key=schema.MEMORY_ID, limit=MAX_MEMORIES, exact=True))
+    return {str(hit.value): int(hit.count) for hit in found.hits}
 
 
 def _with_indexes(shard: qe.EdgeShard) -> qe.EdgeShard:

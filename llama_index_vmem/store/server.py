@@ -19,7 +19,7 @@ from qdrant_client.qdrant_remote import QdrantRemote
 from .. import schema
 from ..encoders import encoder_differences, same_encoders
 from ..encoders.bm25 import Sparse
-from .base import SPARSE_VECTORS, Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
+from .base import MAX_MEMORIES, SPARSE_VECTORS, Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
 
 #: Points per upsert request. A server refuses requests over its size limit (32 MB by default);
 #: an image point with region tiles is about 160 kB as JSON, so 64 of them stay well under it.
@@ -134,6 +134,13 @@ class ServerLaneStore(LaneStore):
             order_by=models.OrderBy(key=schema.SEQ, direction=models.Direction.ASC),
         )
         return [str(r.id) for r in records]
+
+    def memories(self) -> Dict[str, int]:
+        name = self.name(Collection.ROUNDS)
+        if not self.client.collection_exists(name):
+            return {}
+        found = self.client.facet(name, key=schema.MEMORY_ID, limit=MAX_MEMORIES, exact=True)
+        return {str(hit.value): int(hit.count) for hit in found.hits}
 
     def delete(self, collection: Collection, scope: Scope) -> None:
         if not scope.is_empty:
