@@ -8,11 +8,15 @@ on the retrieval path).
   keywords, cut to the same shape (content words, capped).
 
 Both keep ``image_path`` (``HyDEQueryTransform`` drops it) and cache by input, so the same
-question costs one LLM call.
+question costs one LLM call. Both raise ``VMemAnchorError`` naming the anchor when the LLM fails,
+gives no answer within their time limit, or answers nothing usable; the retriever then searches
+with the anchor it writes without an LLM, unless asked to be strict. Failures are not cached: the
+next question asks the LLM again.
 """
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import re
@@ -31,7 +35,7 @@ from llama_index.core.schema import QueryBundle
 from llama_index.core.utils import globals_helper
 from pydantic import PrivateAttr
 
-from .errors import VMemInputError
+from .errors import VMemAnchorError, VMemInputError
 from .images import is_url
 from .models import as_llm
 from .prompts import ENRICHED_ANCHOR_PROMPT, HYPO_CAPTION_PROMPT, check_prompt
@@ -39,15 +43,17 @@ from .schema import is_utf8, visible
 
 
 class _CachedAnchorTransform(BaseQueryTransform):
-    """Shared caching and prompt plumbing; subclasses say how one anchor is made."""
+    """Shared caching, time limit and prompt plumbing; subclasses say how one anchor is made."""
 
     _llm: LLM = PrivateAttr()
     _prompt: BasePromptTemplate = PrivateAttr()
     _cache: Dict[Tuple[str, ...], str] = PrivateAttr(default_factory=dict)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     prompt_key: str = "prompt"
+    #: The anchor this transform writes, as ``VMemAnchorError`` and ``metadata["vmem"]["anchors"]`` name it.
+    anchor_name: str = "anchor"
 
-    def __init__(self, llm: LLMType, prompt: Optional[BasePromptTemplate] = None) -> None:
+    def __init__(self, llm: LLMType, prompt: Optional[BasePromptTemplate] = None, timeout: Optional[float] = None) -> None:
         super().__init__()
         self._llm = as_llm(llm)
         if self._llm is None:
@@ -57,6 +63,8 @@ class _CachedAnchorTransform(BaseQueryTransform):
         self._prompt = prompt or self.default_prompt()
         self._cache = {}
         self._lock = threading.Lock()
+        #: Seconds to wait for the LLM (None: as long as it takes), unless ``run``'s metadata gives ``timeout``.
+        self.timeout = timeout
 
     @classmethod
     def default_prompt(cls) -> BasePromptTemplate:
@@ -79,19 +87,58 @@ class _CachedAnchorTransform(BaseQueryTransform):
         with self._lock:
             anchor = self._cache.get(key)
         if anchor is None:
-            anchor = self._make_anchor(query_bundle, metadata)
-            with self._lock:
-                self._cache[key] = anchor
+            anchor = self._written_in_time(query_bundle, metadata, key)
         return replace(query_bundle, query_str=anchor, custom_embedding_strs=[anchor], embedding=None)
+
+    def _written_in_time(self, query: QueryBundle, metadata: Dict, key: Tuple[str, ...]) -> str:
+        """The anchor, written in a thread of its own when there is a time limit, so a hung LLM holds
+        a retrieval no longer than that. The thread is a daemon (a hung call does not hold up the
+        program's exit) and runs in the caller's context (tracing sees the call where it was made)."""
+        timeout = metadata.get("timeout", self.timeout)
+        if timeout is None:
+            return self._written(query, metadata, key)
+        outcome: Dict[str, Any] = {}
+
+        def write() -> None:
+            try:
+                outcome["anchor"] = self._written(query, metadata, key)
+            except Exception as e:  # handed to the waiting caller, as a direct call would raise it
+                outcome["error"] = e
+
+        worker = threading.Thread(target=contextvars.copy_context().run, args=(write,), daemon=True,
+                                  name=f"vmem-{self.anchor_name}-anchor")
+        worker.start()
+        worker.join(min(timeout, threading.TIMEOUT_MAX))
+        if worker.is_alive():
+            raise VMemAnchorError(self.anchor_name, f"the LLM gave no answer within {timeout:g} s") from TimeoutError()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["anchor"]
+
+    def _written(self, query: QueryBundle, metadata: Dict, key: Tuple[str, ...]) -> str:
+        """A fresh anchor, cached; any failure of the LLM call is raised as this anchor's error."""
+        try:
+            anchor = self._make_anchor(query, metadata)
+        except (VMemAnchorError, VMemInputError):
+            raise
+        except Exception as e:  # the client's own errors differ by provider: connection, status, parsing
+            raise VMemAnchorError(self.anchor_name, f"the LLM failed: {_summary(e)}") from e
+        with self._lock:
+            self._cache[key] = anchor
+        return anchor
 
     def _make_anchor(self, query: QueryBundle, metadata: Dict) -> str:
         raise NotImplementedError
+
+    def _unusable(self, what: str, reply: str) -> VMemAnchorError:
+        return VMemAnchorError(self.anchor_name, f"the LLM's answer has no usable {what}: {reply!r:.80}")
 
 
 class HypoCaptionTransform(_CachedAnchorTransform):
     """Replace a text->image question by the caption its target image would plausibly have."""
 
     prompt_key = "hypo_caption_prompt"
+    anchor_name = "hypo_caption"
 
     @classmethod
     def default_prompt(cls) -> BasePromptTemplate:
@@ -99,7 +146,9 @@ class HypoCaptionTransform(_CachedAnchorTransform):
 
     def _make_anchor(self, query: QueryBundle, metadata: Dict) -> str:
         caption = self._llm.predict(self._prompt, q=query.query_str).strip()
-        return caption if visible(caption) and is_utf8(caption) else query.query_str
+        if not (visible(caption) and is_utf8(caption)):
+            raise self._unusable("caption", caption)
+        return caption
 
 
 class EnrichedAnchorTransform(_CachedAnchorTransform):
@@ -107,9 +156,11 @@ class EnrichedAnchorTransform(_CachedAnchorTransform):
     ``max_keywords``, or the ``max_keywords`` of the ``metadata`` a caller runs it with."""
 
     prompt_key = "enriched_anchor_prompt"
+    anchor_name = "enriched"
 
-    def __init__(self, llm: LLMType, prompt: Optional[BasePromptTemplate] = None, max_keywords: int = 8) -> None:
-        super().__init__(llm, prompt)
+    def __init__(self, llm: LLMType, prompt: Optional[BasePromptTemplate] = None, max_keywords: int = 8,
+                 timeout: Optional[float] = None) -> None:
+        super().__init__(llm, prompt, timeout)
         self.max_keywords = max_keywords
 
     @classmethod
@@ -127,8 +178,10 @@ class EnrichedAnchorTransform(_CachedAnchorTransform):
             return query.query_str
         blocks: List[Any] = [_image_block(query.image_path), TextBlock(text=self._prompt.format(q=query.query_str))]
         reply = self._llm.chat([ChatMessage(role=MessageRole.USER, blocks=blocks)]).message.content or ""
-        keywords = parse_keywords(reply)[: self._max_keywords(metadata)]
-        return " ".join([query.query_str, *keywords])
+        keywords = parse_keywords(reply)
+        if not keywords:
+            raise self._unusable("keywords", reply)
+        return " ".join([query.query_str, *keywords[: self._max_keywords(metadata)]])
 
 
 def parse_keywords(reply: str) -> List[str]:
@@ -155,6 +208,12 @@ def caption_keywords(caption: str, max_keywords: int) -> List[str]:
         if word.lower() not in globals_helper.stopwords:
             words.setdefault(word.lower(), word)
     return list(words.values())[:max_keywords]
+
+
+def _summary(error: Exception) -> str:
+    """``Type: message`` on one line, cut short: a server's error page can be long."""
+    text = " ".join(f"{type(error).__name__}: {error}".split())
+    return text if len(text) <= 200 else text[:199] + "…"
 
 
 def _image_block(image_path: str) -> ImageBlock:

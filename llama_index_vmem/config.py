@@ -9,8 +9,8 @@ from typing import Any, Dict
 from .errors import VMemInputError
 from .store.base import MAX_LIMIT
 
-#: Smallest value of the int fields that must be positive (the others may be 0).
-_LEAST: Dict[str, int] = {"candidate_pool": 1}
+#: Smallest value of the number fields that must be positive (the others may be 0).
+_LEAST: Dict[str, float] = {"candidate_pool": 1, "anchor_timeout": 0.1}
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,13 @@ class VMemConfig:
     round_level: bool = True
     #: Ablation: search cross-modal cases with LLM-written anchors. False keeps the raw query.
     anchors: bool = True
+    #: Seconds a retrieval waits for the LLM writing an anchor. Past them it searches with the anchor
+    #: written without an LLM, as when the LLM fails or answers nothing usable; the late answer is
+    #: kept for the next time the same question is asked.
+    anchor_timeout: float = 10.0
+    #: Raise ``VMemAnchorError`` when the anchor LLM fails, times out or answers nothing usable,
+    #: instead of searching without it.
+    strict_anchors: bool = False
 
     def __post_init__(self) -> None:
         """Refuse, when the config is made, values retrieval would fail on or misread later (a
@@ -68,8 +75,8 @@ class VMemConfig:
                 raise VMemInputError(f"config {f.name}", f"must be True or False, got {value!r}")
             if f.type == "int" and (type(value) is not int or not _LEAST.get(f.name, 0) <= value <= MAX_LIMIT):  # counts the store is asked for
                 raise VMemInputError(f"config {f.name}", f"must be a whole number from {_LEAST.get(f.name, 0)} to {MAX_LIMIT}, got {value!r}")
-            if f.type == "float" and (type(value) not in (int, float) or not math.isfinite(value) or value < 0):
-                raise VMemInputError(f"config {f.name}", f"must be a number of at least 0, got {value!r}")
+            if f.type == "float" and (type(value) not in (int, float) or not math.isfinite(value) or value < _LEAST.get(f.name, 0)):
+                raise VMemInputError(f"config {f.name}", f"must be a number of at least {_LEAST.get(f.name, 0)}, got {value!r}")
 
     def override(self, **changes: Any) -> "VMemConfig":
         """A copy with some fields changed; ``None`` values keep the current field."""

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple
+import warnings
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 import llama_index.core.instrumentation as instrument
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -27,7 +30,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from . import neighbours, schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
-from .errors import VMemInputError
+from .errors import VMemAnchorError, VMemAnchorWarning, VMemInputError
 from .fusion import Fused, carry_forward, note_pool_units, rank_rounds, round_of, rrf, unit_of, units_covering
 from .filters import read_filters
 from .models import as_llm
@@ -58,7 +61,8 @@ class ExplainedNode(TextNode):
 @dataclass(frozen=True)
 class AnchorValue:
     text: str
-    #: ``"llm"``, ``"raw query"`` or ``"raw query (no LLM)"``.
+    #: ``"llm"``, ``"raw query"``, or how it was written without an LLM and why (``"raw query (no LLM)"``,
+    #: ``"raw query (the LLM failed: ...)"``).
     source: str
     #: How long the LLM took to write it (0 for an anchor made without one): its share of the latency.
     seconds: float = 0.0
@@ -67,6 +71,14 @@ class AnchorValue:
     #: Where words added to the question came from, when not from an LLM: ``{"round": key, "image_id": id}``
     #: of the stored picture the attached one looks most like.
     origin: Optional[Dict[str, str]] = None
+    #: Why the LLM's anchor is not used, when the LLM failed, gave no answer in time, or answered
+    #: nothing usable: this anchor is then the one written without an LLM.
+    llm_fallback: Optional[str] = None
+
+
+def llm_fallbacks(anchors: Mapping[Anchor, AnchorValue]) -> Dict[str, str]:
+    """Why each anchor the LLM should have written was written without it, by anchor name."""
+    return {a.value: v.llm_fallback for a, v in anchors.items() if v.llm_fallback}
 
 
 @dataclass
@@ -86,6 +98,11 @@ class RetrievalResult:
     def anchor_seconds(self) -> float:
         """Seconds spent waiting on the LLM for anchors; the rest of a retrieval is search and fusion."""
         return sum(a.seconds for a in self.anchors.values())
+
+    @property
+    def llm_fallback(self) -> Dict[str, str]:
+        """Anchors written without the LLM because it failed, by name, with why (empty: none)."""
+        return llm_fallbacks(self.anchors)
 
 
 def picture_match(picture: ImageNode, returned_with: TextNode) -> str:
@@ -130,6 +147,8 @@ class VMemRetriever(BaseRetriever):
         self.enriched_anchor = enriched_anchor or (
             EnrichedAnchorTransform(llm, max_keywords=self.config.max_anchor_keywords) if llm is not None else None
         )
+        self._warned = False
+        self._warn_lock = threading.Lock()
 
     def _get_prompt_modules(self) -> PromptMixinType:
         modules: PromptMixinType = {}
@@ -233,22 +252,14 @@ class VMemRetriever(BaseRetriever):
     def _anchor(self, anchor: Anchor, query: QueryBundle, plan: RoutePlan) -> AnchorValue:
         config = plan.config
         if anchor is Anchor.HYPO_CAPTION:
-            return self._transform(self.hypo_caption, query)
+            return self._transform(self.hypo_caption, query, plan, lambda why: AnchorValue(query.query_str, f"raw query ({why})"))
         if anchor is Anchor.ENRICHED:
-            if query.image_path and self.enriched_anchor is not None:
+            without_llm = partial(self._enriched_without_llm, query, plan)
+            if not query.image_path:
+                return without_llm("attached image has no pixels")
+            if self.enriched_anchor is not None:
                 self._index.load_query_image(query.image_path)  # a bad image is refused before an LLM reads it
-                return self._transform(self.enriched_anchor, query, {"max_keywords": config.max_anchor_keywords})
-            caption = schema.query_image_caption(query)
-            why = "no LLM" if query.image_path else "attached image has no pixels"
-            if caption:
-                keywords = caption_keywords(caption, config.max_anchor_keywords)
-                return AnchorValue(" ".join([query.query_str, *keywords]), f"raw query + attached image caption keywords ({why})")
-            seen = self._picture_words(query, plan) if query.image_path and schema.visible(query.query_str) else None
-            if seen is not None:
-                words, origin = seen
-                return AnchorValue(" ".join([query.query_str, *words]), f"raw query + words of round {origin['round']}, whose "
-                                   f"picture {origin['image_id']} looks most like the attached image ({why})", origin=origin)
-            return AnchorValue(query.query_str, f"raw query ({why})")
+            return self._transform(self.enriched_anchor, query, plan, without_llm, {"max_keywords": config.max_anchor_keywords})
         if anchor is Anchor.QUERY_IMAGE:
             return AnchorValue(str(query.image_path), "attached image")
         if anchor is Anchor.QUERY_IMAGE_CAPTION:
@@ -257,6 +268,21 @@ class VMemRetriever(BaseRetriever):
         if embedding is None:
             return AnchorValue(query.query_str, "raw query")
         return AnchorValue(query.query_str, "raw query (dense search by the QueryBundle's custom_embedding_strs)", embedding=embedding)
+
+    def _enriched_without_llm(self, query: QueryBundle, plan: RoutePlan, why: str) -> AnchorValue:
+        """The enriched anchor with no vision LLM to read the attached image (``why`` says why): the
+        question plus its caption's keywords, else the words of the stored picture it looks most like,
+        else the question alone."""
+        caption = schema.query_image_caption(query)
+        if caption:
+            keywords = caption_keywords(caption, plan.config.max_anchor_keywords)
+            return AnchorValue(" ".join([query.query_str, *keywords]), f"raw query + attached image caption keywords ({why})")
+        seen = self._picture_words(query, plan) if query.image_path and schema.visible(query.query_str) else None
+        if seen is not None:
+            words, origin = seen
+            return AnchorValue(" ".join([query.query_str, *words]), f"raw query + words of round {origin['round']}, whose "
+                               f"picture {origin['image_id']} looks most like the attached image ({why})", origin=origin)
+        return AnchorValue(query.query_str, f"raw query ({why})")
 
     def _picture_words(self, query: QueryBundle, plan: RoutePlan) -> Optional[Tuple[List[str], Dict[str, str]]]:
         """Without a vision LLM, what the attached picture shows is read off the stored picture it looks
@@ -289,13 +315,33 @@ class VMemRetriever(BaseRetriever):
             return None
         return tuple(self._index.embed_model.get_agg_embedding_from_queries(query.custom_embedding_strs))
 
-    @staticmethod
-    def _transform(transform: Any, query: QueryBundle, metadata: Optional[Dict[str, Any]] = None) -> AnchorValue:
+    def _transform(self, transform: Any, query: QueryBundle, plan: RoutePlan, without_llm: Callable[[str], AnchorValue],
+                   metadata: Optional[Dict[str, Any]] = None) -> AnchorValue:
+        """The LLM's anchor, within the config's ``anchor_timeout``. With no LLM, ``without_llm("no LLM")``.
+        When the LLM fails, times out or answers nothing usable, ``without_llm`` told why and marked as
+        a fallback, after one warning per retriever; or, with ``strict_anchors``, the ``VMemAnchorError``."""
         if transform is None:
-            return AnchorValue(query.query_str, "raw query (no LLM)")
+            return without_llm("no LLM")
         start = time.perf_counter()
-        text = transform.run(query, metadata).query_str
+        try:
+            text = transform.run(query, {**(metadata or {}), "timeout": plan.config.anchor_timeout}).query_str
+        except VMemAnchorError as e:
+            if plan.config.strict_anchors:
+                raise
+            self._warn_once(e)
+            return replace(without_llm(e.problem), seconds=time.perf_counter() - start, llm_fallback=e.problem)
         return AnchorValue(text, "llm", time.perf_counter() - start)
+
+    def _warn_once(self, error: VMemAnchorError) -> None:
+        """One ``VMemAnchorWarning`` per retriever: an LLM that is down fails every question, and each
+        result says so in its metadata already."""
+        with self._warn_lock:
+            if self._warned:
+                return
+            self._warned = True
+        warnings.warn(f"{error}. Retrieval goes on with the anchor written without an LLM; metadata['vmem']['llm_fallback'] "
+                      "marks each such result. Warned once per retriever; strict_anchors=True raises instead.",
+                      VMemAnchorWarning, stacklevel=2)
 
     def _eligible_rounds(self, plan: RoutePlan) -> Optional[Set[str]]:
         """Ids of the rounds the text->image filter keeps: those holding an image, and their linked
@@ -335,6 +381,7 @@ class VMemRetriever(BaseRetriever):
                payloads: Mapping[str, Mapping[str, Any]], fallback: bool) -> List[NodeWithScore]:
         anchor_info = {a.value: {"text": v.text, "source": v.source, **({"from": v.origin} if v.origin else {})}
                        for a, v in anchors.items()}
+        llm_fallback = llm_fallbacks(anchors) or None
 
         def explained(node: Any, fused: Fused, match: str = "retrieved") -> NodeWithScore:
             """``match``: "retrieved", or for a picture returned with a round, ``picture_match``."""
@@ -351,6 +398,7 @@ class VMemRetriever(BaseRetriever):
                 "reasons": list(plan.reasons),
                 "neighbor_window": plan.neighbor_window,
                 "filter_fallback": fallback,  # a plain ``retrieve()`` sees it here, as a response's metadata shows it
+                "llm_fallback": llm_fallback,
                 "match": match,
             }
             for excluded in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):
