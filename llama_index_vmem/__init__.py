@@ -10,7 +10,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time each name is import
     from .config import VMemConfig
     from .delivery import DeliveryMode, DeliveryPostprocessor, ImageBudget
     from .encoders import EfficientNetImageEncoder, SiglipImageEncoder
-    from .errors import VMemInputError
+    from .errors import VMemAnchorError, VMemAnchorWarning, VMemInputError
     from .index import VMemIndex
     from .memory_block import VMemMemoryBlock
     from .node_parser import RoundNodeParser
@@ -38,6 +38,8 @@ _EXPORTS = {
     "SiglipImageEncoder": "encoders",
     "VMemChatEngine": "chat_engine",
     "VMemConfig": "config",
+    "VMemAnchorError": "errors",
+    "VMemAnchorWarning": "errors",
     "VMemIndex": "index",
     "VMemInputError": "errors",
     "VMemMemoryBlock": "memory_block",
@@ -59,6 +61,8 @@ __all__ = [
     "RoundNodeParser",
     "RoutePlan",
     "SiglipImageEncoder",
+    "VMemAnchorError",
+    "VMemAnchorWarning",
     "VMemChatEngine",
     "VMemConfig",
     "VMemIndex",

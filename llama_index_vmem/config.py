@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Dict
 
-from .errors import VMemInputError
+from .errors import VMemInputError, keywords_listed
 from .store.base import MAX_LIMIT
 
 #: Smallest value of the number fields that must be positive (the others may be 0).
@@ -80,8 +80,11 @@ class VMemConfig:
 
     def override(self, **changes: Any) -> "VMemConfig":
         """A copy with some fields changed; ``None`` values keep the current field."""
-        known = {f.name for f in fields(self)}
-        unknown = set(changes) - known
+        known = [f.name for f in fields(self)]
+        unknown = sorted(set(changes) - set(known))
         if unknown:
-            raise TypeError(f"unknown VMemConfig fields: {sorted(unknown)}")
+            raise TypeError(f"unknown VMemConfig fields: {', '.join(map(repr, unknown))}; it has {', '.join(known)}")
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+VMemConfig.__init__ = keywords_listed(VMemConfig.__init__)  # type: ignore[method-assign]  # a misspelt field lists the real ones

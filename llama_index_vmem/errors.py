@@ -45,10 +45,12 @@ def keywords_listed(fn: F) -> F:
         return fn
     named = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in ("self", "cls")]
 
+    name = fn.__qualname__.removesuffix(".__init__")  # a class is called by its name
+
     def refuse_unknown(kwargs: Dict[str, Any]) -> None:
         unknown = [k for k in kwargs if k not in named]
         if unknown:
-            raise TypeError(f"{fn.__qualname__}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
+            raise TypeError(f"{name}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
                             f"it takes {', '.join(named)}")
 
     if inspect.iscoroutinefunction(fn):

@@ -194,6 +194,8 @@ class VMemQueryEngine(BaseQueryEngine):
                 "reasons": list(result.plan.reasons),
                 # a picture was asked for, but no round holding or next to one matched: all rounds were ranked
                 "filter_fallback": result.filter_fallback,
+                # anchors the LLM should have written but did not (it failed, timed out, answered junk), with why
+                "llm_fallback": result.llm_fallback,
                 "delivery": self.deliverer.mode.value,
             },
         )

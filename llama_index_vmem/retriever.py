@@ -196,7 +196,7 @@ class VMemRetriever(BaseRetriever):
     def _plan_and_rank(self, query_bundle: QueryType, **overrides: Any) -> RetrievalResult:
         query_bundle = schema.as_query(query_bundle)
         texts = [("query", query_bundle.query_str), ("query image caption", getattr(query_bundle, "image_caption", "")),
-                 *((f"query custom_embedding_strs {i}", s) for i, s in enumerate(query_bundle.custom_embedding_strs or []))]
+                 *((f"query custom_embedding_strs {i}", s) for i, s in enumerate(query_bundle.custom_embedding_strs or [], start=1))]
         for item, text in texts:
             if text is not None and (not isinstance(text, str) or not schema.is_utf8(text)):
                 raise VMemInputError(item, f"must be UTF-8 text, got {text!r:.80}")

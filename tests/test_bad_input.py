@@ -29,7 +29,7 @@ from llama_index.core.llms import MockLLM
 from PIL import Image
 
 import llama_index_vmem.images as image_io
-from llama_index_vmem import ImageBudget, VMemIndex, VMemInputError, VMemMemoryBlock, VMemQueryBundle
+from llama_index_vmem import ImageBudget, VMemConfig, VMemIndex, VMemInputError, VMemMemoryBlock, VMemQueryBundle
 from llama_index_vmem import schema
 from llama_index_vmem.node_parser import ImageInput, RoundInput
 from llama_index_vmem.images import LoadedImage
@@ -699,8 +699,8 @@ def test_a_page_past_any_count_the_store_takes_lists_what_there_is(memory):
 @pytest.mark.parametrize("query, item", [
     ("cat \ud800 name", "query"), (VMemQueryBundle("cat", image_caption=123), "query image caption"),
     (VMemQueryBundle("cat", image_caption="a \udce9 cat"), "query image caption"),
-    (VMemQueryBundle("cat", custom_embedding_strs=["a cat", 1]), "query custom_embedding_strs 1"),
-    (VMemQueryBundle("cat", custom_embedding_strs=["a \ud800 cat"]), "query custom_embedding_strs 0"),
+    (VMemQueryBundle("cat", custom_embedding_strs=["a cat", 1]), "query custom_embedding_strs 2"),
+    (VMemQueryBundle("cat", custom_embedding_strs=["a \ud800 cat"]), "query custom_embedding_strs 1"),
 ], ids=["lone_surrogate", "caption_int", "caption_surrogate", "embedding_str_int", "embedding_str_surrogate"])
 def test_query_text_that_cannot_be_encoded_is_refused_by_name(memory, query, item):
     rejected(memory, lambda: memory.as_retriever().retrieve(query), item=item)
@@ -958,8 +958,10 @@ def test_add_messages_given_a_message_dict_says_how_to_build_one(memory):
     (lambda m: m.as_retriever(top_k=3), "similarity_top_k"),
     (lambda m: m.as_query_engine(llm=MockLLM(), stream=True), "streaming"),
     (lambda m: m.as_chat_engine(llm=MockLLM(), session="S"), "session_id"),
+    (lambda m: VMemConfig(top_k=3), "VMemConfig() got unexpected keyword argument(s) 'top_k'; it takes rrf_kappa, candidate_pool"),
+    (lambda m: m.as_retriever().retrieve_with_plan("hi", top_k=3), "unknown VMemConfig fields: 'top_k'; it has rrf_kappa, candidate_pool"),
 ], ids=["add_round", "add_rounds", "add_messages", "aadd_rounds", "chat", "stream_chat", "achat", "astream_chat",
-        "from_defaults", "as_retriever", "as_query_engine", "as_chat_engine"])
+        "from_defaults", "as_retriever", "as_query_engine", "as_chat_engine", "VMemConfig", "config override"])
 def test_an_unknown_keyword_lists_the_accepted_ones(memory, call, takes):
     before = snapshot(memory)
     with pytest.raises(TypeError) as caught:

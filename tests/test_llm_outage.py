@@ -20,6 +20,7 @@ from llama_index.llms.openai import OpenAI
 
 from llama_index_vmem import EfficientNetImageEncoder, VMemConfig, VMemInputError, VMemQueryBundle
 from llama_index_vmem.errors import VMemAnchorError, VMemAnchorWarning
+from test_picture_words import _conversation as picture_words_conversation  # what a photo shows is only in the words around it
 
 FRIENDS = "Which picture shown in the conversation is about friends?"
 NAMED = "What did he call it?"
@@ -111,18 +112,6 @@ def _pictures(photos) -> List[Dict[str, Any]]:
     ]
 
 
-def _rocket(photos) -> List[Dict[str, Any]]:
-    """A photo asked about: what it shows is only in the words said around the stored one."""
-    day = dict(session_id="D1", timestamp="2024-05-04")
-    return [
-        dict(day, user="Look what my son built for the science fair!", assistant="Impressive! Does it have a name?",
-             images=[{"image_id": "IMG_1", "path": str(photos["rocket"])}]),
-        dict(day, user="He calls it Comet Nine.", assistant="A great name for it."),
-        dict(day, user="My coffee this morning.", assistant="Nice latte art!", images=[{"image_id": "IMG_2", "path": str(photos["coffee"])}]),
-        dict(day, user="We named the new puppy Biscuit.", assistant="Cute!"),
-    ]
-
-
 def _found(nodes) -> List[tuple]:
     """What a retrieval returned, in order: each node's id and score."""
     return [(n.node.node_id, n.score) for n in nodes]
@@ -171,7 +160,7 @@ def test_a_question_for_a_picture_is_answered_from_memory_while_the_llm_answers_
 def test_a_photo_asked_about_borrows_the_stored_pictures_words_while_the_vision_llm_answers_500(
         open_memory, photos, efficientnet, server, llm):
     index = open_memory(image_encoder=efficientnet)
-    index.add_rounds(_rocket(photos))
+    index.add_rounds(picture_words_conversation(photos))
     question = VMemQueryBundle(NAMED, image_path=str(photos["rocket"]))
     offline = index.as_retriever(k=2).retrieve(question)
 
@@ -204,7 +193,7 @@ def test_a_junk_caption_is_not_searched_with(make_index, photos, server, llm, mo
 @pytest.mark.parametrize("content", ["I'm sorry, I can't see the image.", '{"keywords": [7, null]}'], ids=["prose", "no_words"])
 def test_a_vision_reply_with_no_keywords_falls_back_to_the_caption_keywords(make_index, photos, server, llm, content):
     index = make_index()
-    index.add_rounds(_rocket(photos))
+    index.add_rounds(picture_words_conversation(photos))
     server.mode, server.content = "reply", content
     question = VMemQueryBundle(NAMED, image_path=str(photos["rocket"]), image_caption="a model rocket")
     result, _ = _retrieve_warned(index.as_retriever(llm=llm), question)
