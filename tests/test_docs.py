@@ -163,12 +163,8 @@ def test_page_examples_run(page, tmp_path, monkeypatch, local_qdrant, capsys):
     assert ran or page.name == "layout.md", f"{page.name} has no example"
 
 
-#: Pages whose second run takes long (the demo, whole benchmark runs): in the slow set.
-SLOW_AGAIN = {"README.md", "benchmarks.md"}
-
-
-@pytest.mark.parametrize("page", [pytest.param(p, marks=[pytest.mark.slow] if p.name in SLOW_AGAIN else [])
-                                  for p in PAGES], ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+@pytest.mark.slow  # about a minute for all pages: each page once is in the quick set above
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
 def test_page_runs_again_after_the_quick_start_in_the_same_folder(page, tmp_path, monkeypatch, local_qdrant, capsys):
     """A reader pastes the Quick start, then a page, then the page again, in one folder: the pages
     share ``./memory`` names, and a page must not trip on what it or the README left there."""
