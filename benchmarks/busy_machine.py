@@ -125,7 +125,7 @@ def main() -> None:
     finally:
         for p in load:
             p.terminate()
-    print(f"\nquery p50, {args.queries} questions each, {os.cpu_count()} cores, {args.load} busy processes:")
+    print(f"\nquery p50, {args.queries} questions each, {os.cpu_count()} cores, {args.load} busy process{'es' if args.load != 1 else ''}:")
     print("| threads per question | question | quiet | busy | busy / quiet |\n|---|---|---|---|---|")
     for setting in SETTINGS:
         for kind, q in quiet[setting].items():
