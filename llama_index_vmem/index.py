@@ -194,8 +194,8 @@ class VMemIndex(RoundMemory):
         """Warn when an unnamed open found an empty ``"default"`` beside other memories: a reopened
         store that shows nothing is most often one opened without its ``memory_id``. A new memory
         named on purpose is only logged at INFO: a server serving many users creates them daily."""
-        if len(self):
-            return
+        if len(self) or (named and not logger.isEnabledFor(logging.INFO)):
+            return  # counting every memory of a large store only to log it is work no one reads
         others = {m: n for m, n in self.store.memories().items() if m != self.memory_id}
         if not others:
             return
