@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -638,6 +639,31 @@ def test_a_store_from_before_an_index_existed_gains_it_on_reopen(tmp_path, minil
         assert len(server) == 4
     finally:
         server.close()
+
+
+def test_an_embedded_store_searches_on_one_thread_also_when_made_without_that_setting(tmp_path, minilm, tiny_siglip, photos,
+                                                                                       monkeypatch):
+    """A pool of search threads per core makes each question wait on a busy machine; a store made
+    before the setting gains it when opened, and keeps its points."""
+    import qdrant_edge as qe
+
+    from llama_index_vmem.store import edge
+
+    def stored_threads():
+        return {c: json.loads((tmp_path / "m" / "qdrant" / c.value / "edge_config.json").read_text()).get("max_search_threads")
+                for c in Collection}
+
+    with monkeypatch.context() as m:
+        real_config = edge._config
+        m.setattr(edge, "_config", lambda c, dims: qe.EdgeConfig(vectors=real_config(c, dims).vectors,
+                                                                  sparse_vectors=real_config(c, dims).sparse_vectors))
+        with VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip) as old:
+            old.add_rounds(_rounds(photos))
+            before = _results(old)
+    assert set(stored_threads().values()) == {None}
+    with VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip) as index:
+        assert set(stored_threads().values()) == {edge.SEARCH_THREADS} and edge.SEARCH_THREADS == 1
+        assert len(index) == 4 and _results(index) == before
 
 
 def test_optimize_keeps_every_answer(tmp_path, minilm, tiny_siglip, photos):

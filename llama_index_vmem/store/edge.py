@@ -27,6 +27,11 @@ logger = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 #: The manifest's record of vector sizes, which a shard cannot report (stores made before it have none).
 SIZES_KEY = "vector_sizes"
+#: Threads in each shard's search pool. A question searches one memory's points, a few segments: a
+#: pool of one per core costs more in hand-offs than it saves, and on a busy machine each thread it
+#: wakes waits for a time slice (search took 5x as long beside two busy processes on 2 cores, and 1.7x
+#: on one thread; ``benchmarks/busy_machine.py``).
+SEARCH_THREADS = 1
 _registry: Dict[str, "EdgeLaneStore"] = {}
 _registry_lock = threading.Lock()
 
@@ -70,7 +75,7 @@ class EdgeLaneStore(LaneStore):
                 if sizes is not None and sizes != _sizes(dims):  # one model name, another size (dimensions=, truncate_dim)
                     raise ValueError(f"store at {self.path} holds vectors of sizes {sizes}; this memory's encoders make {_sizes(dims)}")
                 if not self._shards:
-                    self._hold(self._load(), text)
+                    self._hold(self._load(configs={c: _config(c, dims) for c in Collection}), text)
                 return
             self.path.mkdir(parents=True, exist_ok=True)
             self._refuse_points_without_manifest()
@@ -141,12 +146,14 @@ class EdgeLaneStore(LaneStore):
             raise RuntimeError(f"store at {self.path} holds {held} points but no {MANIFEST}, which records the encoders "
                                "that made them: restore it from a backup (to start afresh, remove the folder)")
 
-    def _load(self, collections: Sequence[Collection] = tuple(Collection)) -> Dict[Collection, qe.EdgeShard]:
-        """These shards of the store, or none: a shard left open would keep this process holding it."""
+    def _load(self, collections: Sequence[Collection] = tuple(Collection),
+              configs: Optional[Dict[Collection, qe.EdgeConfig]] = None) -> Dict[Collection, qe.EdgeShard]:
+        """These shards of the store, or none: a shard left open would keep this process holding it.
+        ``configs`` are checked against each shard's and replace them (how its search runs)."""
         shards: Dict[Collection, qe.EdgeShard] = {}
         try:
             for c in collections:
-                shards[c] = _with_indexes(qe.EdgeShard.load(str(self.path / c.value)))
+                shards[c] = _with_indexes(qe.EdgeShard.load(str(self.path / c.value), (configs or {}).get(c)))
         except Exception as e:
             for shard in shards.values():
                 shard.close()
@@ -265,16 +272,16 @@ def _config(collection: Collection, dims: LaneDims) -> qe.EdgeConfig:
     sparse = {name: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf) for name in SPARSE_VECTORS[collection]}
     text = qe.EdgeVectorParams(size=dims.text, distance=qe.Distance.Cosine)
     if collection is Collection.TEXT:
-        return qe.EdgeConfig(vectors={schema.TEXT_DENSE: text}, sparse_vectors=sparse)
+        return qe.EdgeConfig(vectors={schema.TEXT_DENSE: text}, sparse_vectors=sparse, max_search_threads=SEARCH_THREADS)
     if collection is Collection.IMAGE:
         vectors = {schema.TEXT_DENSE: text, schema.VISUAL: qe.EdgeVectorParams(size=dims.visual, distance=qe.Distance.Cosine)}
         if dims.regions:
             vectors[schema.VISUAL_REGIONS] = qe.EdgeVectorParams(
                 size=dims.visual, distance=qe.Distance.Cosine,
                 multivector_config=qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim))
-        return qe.EdgeConfig(vectors=vectors, sparse_vectors=sparse)
+        return qe.EdgeConfig(vectors=vectors, sparse_vectors=sparse, max_search_threads=SEARCH_THREADS)
     # The round store holds payloads only; Edge requires at least one (unused) vector.
-    return qe.EdgeConfig(sparse_vectors={"unused": qe.EdgeSparseVectorParams()})
+    return qe.EdgeConfig(sparse_vectors={"unused": qe.EdgeSparseVectorParams()}, max_search_threads=SEARCH_THREADS)
 
 
 def _vector(v: Vector) -> Any:
