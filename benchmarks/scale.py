@@ -345,7 +345,7 @@ class Bench:
 
     def open(self, memory_id: str) -> VMemIndex:
         index = VMemIndex.from_defaults(path=self.args.path, memory_id=memory_id, embed_model=self.embed,
-                                        image_encoder=self.image_encoder)
+                                        image_encoder=self.image_encoder, in_ram=self.args.in_ram or None)
         self.timer.attach(index.store)
         return index
 
@@ -461,7 +461,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                  "queries": len(queries), "checkpoints": checkpoints, "cpus": os.cpu_count(), "loadavg_end": os.getloadavg(),
                  "wall_s": time.perf_counter() - t_start, "minilm_load_s": load_s, "baseline_rss_mb": baseline_rss,
                  "peak_rss_mb": rss.peak_mb, "embedding_cache_mb": embed.cache_mb(), "texts_encoded": misses, "cache_hits": hits, "encode_s": enc_s,
-                 "path": str(args.path), "torch_threads": torch_threads(),
+                 "path": str(args.path), "torch_threads": torch_threads(), "in_ram": bool(args.in_ram),
                  "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)")},
         "encoder_bound": encoder_slice,
         "checkpoints": rows,
@@ -599,6 +599,7 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared/data")
     parser.add_argument("--out", type=Path, help="also write the results JSON here")
     parser.add_argument("--skip-optimize", action="store_true")
+    parser.add_argument("--in-ram", action="store_true", help="make the store with in_ram=True (vectors and indexes in RAM)")
     parser.add_argument("--show-progress", action="store_true")
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument("--report-from", type=Path, help="print the report of a results JSON written by --out, run nothing")

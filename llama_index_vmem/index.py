@@ -65,16 +65,16 @@ def _chat_options() -> FrozenSet[str]:
     return frozenset(_keywords(VMemChatEngine.from_defaults, "index", "query_engine"))
 
 
-def _server_store(url: Optional[str], client: Any, api_key: Optional[str], prefix: str) -> LaneStore:
+def _server_store(url: Optional[str], client: Any, api_key: Optional[str], prefix: str, in_ram: Optional[bool]) -> LaneStore:
     """A store on a Qdrant server: ``client`` as given (the caller closes it), else one made for ``url``.
     qdrant-client loads in a second, so only here, for a server."""
     from .store.server import ServerLaneStore
 
     if client is not None:
-        return ServerLaneStore(client, prefix=prefix, owns_client=False)
+        return ServerLaneStore(client, prefix=prefix, owns_client=False, in_ram=in_ram)
     from qdrant_client import QdrantClient
 
-    return ServerLaneStore(QdrantClient(url=url, api_key=api_key), prefix=prefix, owns_client=True)
+    return ServerLaneStore(QdrantClient(url=url, api_key=api_key), prefix=prefix, owns_client=True, in_ram=in_ram)
 
 
 def _check_options(kwargs: Mapping[str, Any], accepted: Mapping[str, Iterable[str]]) -> None:
@@ -111,6 +111,7 @@ class VMemIndex(RoundMemory):
         bm25_b: Optional[float] = None,
         dated_units: Optional[bool] = None,
         reply_context: Optional[bool] = None,
+        in_ram: Optional[bool] = None,
     ) -> "VMemIndex":
         """Open (or create) a memory.
 
@@ -130,6 +131,12 @@ class VMemIndex(RoundMemory):
         True) and ``reply_context`` (units also searched read after the exchange before them, default
         True) are fixed when the store is created too: left None, a memory follows its store's (one
         built before they were recorded: 0.75, False and False), and another value is refused.
+
+        ``in_ram=True`` keeps the store's vectors and indexes in RAM, for speed where RAM is plenty;
+        by default they stay on disk and a question reads the few pages it needs. None keeps what
+        the store has (a store made before this choice has them in RAM); True or False on an
+        embedded store that has the other moves it, once, as it opens. A server's collections keep
+        what they were made with.
         """
         named = memory_id is not None
         memory_id = DEFAULT_MEMORY_ID if memory_id is None else memory_id
@@ -137,7 +144,7 @@ class VMemIndex(RoundMemory):
         embed_model, image_encoder = models.encoders(embed_model, image_encoder)  # before the store: a failure here holds nothing open
         tmp = None
         if client is not None or url is not None:
-            store: LaneStore = _server_store(url, client, api_key, collection_prefix)
+            store: LaneStore = _server_store(url, client, api_key, collection_prefix, in_ram)
             if image_dir is None:
                 if path is None:
                     logger.warning("memory %s: its rounds stay on the server but its pictures go to a temporary folder "
@@ -149,7 +156,7 @@ class VMemIndex(RoundMemory):
             if path is None:
                 tmp = tempfile.TemporaryDirectory(prefix="vmem-")
                 path = tmp.name
-            store = open_edge_store(Path(path) / "qdrant")
+            store = open_edge_store(Path(path) / "qdrant", in_ram)
             image_dir = image_dir or Path(path) / "images"
         index = cls(
             store=store,
@@ -183,7 +190,7 @@ class VMemIndex(RoundMemory):
         store not created yet holds none."""
         if path is None and url is None and client is None:
             raise VMemInputError("list_memories", "name the store: path=, url= or client=")
-        store = _server_store(url, client, api_key, collection_prefix) if client is not None or url is not None \
+        store = _server_store(url, client, api_key, collection_prefix, None) if client is not None or url is not None \
             else open_edge_store(Path(path) / "qdrant")
         try:
             return dict(sorted(store.memories().items()))

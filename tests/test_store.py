@@ -472,11 +472,14 @@ class RecordingClient(QdrantClient):
     def __init__(self) -> None:
         super().__init__(location=":memory:")
         self.created: list = []
+        #: What each collection was created with, by name: what a server would be asked for.
+        self.creation: dict = {}
         self.indexed: list = []
         self.upserted: list = []
 
     def create_collection(self, collection_name, *args, **kwargs):
         self.created.append(collection_name)
+        self.creation[collection_name] = kwargs
         return super().create_collection(collection_name, *args, **kwargs)
 
     def create_payload_index(self, collection_name, field_name, field_schema=None, **kwargs):
@@ -514,6 +517,26 @@ def test_server_gets_payload_indexes_for_scoping_and_ordering_once(tmp_path, min
     for m in memories:
         m.close()
     assert client.get_collections().collections, "closing a memory leaves a client the caller passed in open"
+
+
+@pytest.mark.parametrize("in_ram", [False, True])
+def test_server_collections_keep_vectors_and_indexes_where_asked_with_one_graph_per_memory(tmp_path, minilm, tiny_siglip, in_ram):
+    """What is asked of the server: a memory-lean layout by default (vectors, sparse indexes and
+    payload indexes on disk), everything but the payload in RAM with ``in_ram=True``; no graph over
+    every memory, one per memory from the tenant index."""
+    client = RecordingClient()
+    VMemIndex.from_defaults(client=client, path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip, region_tiles=True,
+                            in_ram=in_ram).close()
+    for name, asked in client.creation.items():
+        assert asked["on_disk_payload"] is True
+        assert asked["hnsw_config"].m == 0 and asked["hnsw_config"].payload_m == 16
+        assert all(v.on_disk is (not in_ram) for v in asked["vectors_config"].values())
+        assert all(v.index.on_disk is (not in_ram) for v in (asked["sparse_vectors_config"] or {}).values())
+    assert set(client.creation["vmem_image"]["vectors_config"]) == {schema.TEXT_DENSE, schema.VISUAL, schema.VISUAL_REGIONS}
+    assert client.creation["vmem_text"]["sparse_vectors_config"], "the text lane's BM25 lists"
+    assert all(params.on_disk is (not in_ram) for _, _, params in client.indexed)
+    assert {(name, params.is_tenant) for name, field, params in client.indexed if field == schema.MEMORY_ID} == \
+        {(name, True) for name in client.creation}
 
 
 def test_server_upserts_are_sent_in_batches_and_store_every_point(tmp_path, minilm, tiny_siglip, photos):
@@ -634,36 +657,81 @@ def test_a_store_from_before_an_index_existed_gains_it_on_reopen(tmp_path, minil
     before = len(client.indexed)
     server = VMemIndex.from_defaults(client=client, embed_model=minilm, image_encoder=tiny_siglip)
     try:
-        assert sorted(client.indexed[before:]) == [(f"vmem_{c.value}", schema.PREV_ROUND_ID, models.PayloadSchemaType.KEYWORD)
-                                                   for c in sorted(Collection, key=lambda c: c.value)]
+        added = sorted(client.indexed[before:], key=lambda call: call[0])
+        assert [(name, field) for name, field, _ in added] == [(f"vmem_{c.value}", schema.PREV_ROUND_ID)
+                                                             for c in sorted(Collection, key=lambda c: c.value)]
+        assert all(params.type == models.KeywordIndexType.KEYWORD and not params.is_tenant for _, _, params in added)
         assert len(server) == 4
     finally:
         server.close()
 
 
-def test_an_embedded_store_searches_on_one_thread_also_when_made_without_that_setting(tmp_path, minilm, tiny_siglip, photos,
-                                                                                       monkeypatch):
-    """A pool of search threads per core makes each question wait on a busy machine; a store made
-    before the setting gains it when opened, and keeps its points."""
+def _edge_configs(path):
+    return {c: json.loads((path / "qdrant" / c.value / "edge_config.json").read_text()) for c in Collection}
+
+
+def _on_disk(config):
+    """Whether every vector and sparse index of a shard's recorded configuration is on disk."""
+    lanes = [*config["vectors"].values(), *config["sparse_vectors"].values()]
+    return all(lane.get("memory") == "cold" for lane in lanes)
+
+
+def _made_before_the_layout_choice(path, minilm, tiny_siglip, photos, monkeypatch):
+    """A store as made before: Edge's default configuration, a manifest that records no layout."""
     import qdrant_edge as qe
 
     from llama_index_vmem.store import edge
 
-    def stored_threads():
-        return {c: json.loads((tmp_path / "m" / "qdrant" / c.value / "edge_config.json").read_text()).get("max_search_threads")
-                for c in Collection}
-
     with monkeypatch.context() as m:
         real_config = edge._config
-        m.setattr(edge, "_config", lambda c, dims: qe.EdgeConfig(vectors=real_config(c, dims).vectors,
-                                                                  sparse_vectors=real_config(c, dims).sparse_vectors))
-        with VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip) as old:
+        m.setattr(edge, "_config", lambda c, dims, in_ram: qe.EdgeConfig(vectors=real_config(c, dims, True).vectors,
+                                                                         sparse_vectors=real_config(c, dims, True).sparse_vectors))
+        with VMemIndex.from_defaults(path=path, embed_model=minilm, image_encoder=tiny_siglip) as old:
             old.add_rounds(_rounds(photos))
-            before = _results(old)
-    assert set(stored_threads().values()) == {None}
+            results = _results(old)
+    manifest = path / "qdrant" / edge.MANIFEST
+    recorded = json.loads(manifest.read_text())
+    del recorded[edge.IN_RAM_KEY]
+    manifest.write_text(json.dumps(recorded))
+    assert {c.get("max_search_threads") for c in _edge_configs(path).values()} == {None}
+    return results
+
+
+def test_a_store_made_before_keeps_its_vectors_in_ram_and_gains_one_search_thread(tmp_path, minilm, tiny_siglip, photos,
+                                                                                  monkeypatch):
+    """A pool of search threads per core makes each question wait on a busy machine; a store made
+    before the setting gains it when opened, keeps where its vectors are, and keeps its answers."""
+    from llama_index_vmem.store import edge
+
+    before = _made_before_the_layout_choice(tmp_path / "m", minilm, tiny_siglip, photos, monkeypatch)
     with VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip) as index:
-        assert set(stored_threads().values()) == {edge.SEARCH_THREADS} and edge.SEARCH_THREADS == 1
+        configs = _edge_configs(tmp_path / "m")
+        assert {c["max_search_threads"] for c in configs.values()} == {edge.SEARCH_THREADS} and edge.SEARCH_THREADS == 1
+        assert not any(_on_disk(c) for c in configs.values()) and index.store.in_ram is True
         assert len(index) == 4 and _results(index) == before
+
+
+def test_a_new_store_keeps_vectors_on_disk_unless_asked_and_an_old_one_moves_when_asked(tmp_path, minilm, tiny_siglip, photos,
+                                                                                       monkeypatch):
+    from llama_index_vmem.store import edge
+
+    with VMemIndex.from_defaults(path=tmp_path / "new", embed_model=minilm, image_encoder=tiny_siglip) as new:
+        new.add_rounds(_rounds(photos))
+        assert all(_on_disk(c) for c in _edge_configs(tmp_path / "new").values()) and new.store.in_ram is False
+    with VMemIndex.from_defaults(path=tmp_path / "ram", embed_model=minilm, image_encoder=tiny_siglip, in_ram=True) as ram:
+        ram.add_rounds(_rounds(photos))
+        assert not any(_on_disk(c) for c in _edge_configs(tmp_path / "ram").values())
+        with pytest.raises(ValueError, match=r"open in this process with its vectors in RAM: close its memories before opening it with in_ram=False"):
+            VMemIndex.from_defaults(path=tmp_path / "ram", memory_id="bob", embed_model=minilm, image_encoder=tiny_siglip, in_ram=False)
+        assert _results(ram)[0]
+
+    before = _made_before_the_layout_choice(tmp_path / "old", minilm, tiny_siglip, photos, monkeypatch)
+    with VMemIndex.from_defaults(path=tmp_path / "old", embed_model=minilm, image_encoder=tiny_siglip, in_ram=False) as moved:
+        assert all(_on_disk(c) for c in _edge_configs(tmp_path / "old").values())
+        assert len(moved) == 4 and _results(moved) == before
+    assert json.loads((tmp_path / "old" / "qdrant" / edge.MANIFEST).read_text())[edge.IN_RAM_KEY] is False
+    with VMemIndex.from_defaults(path=tmp_path / "old", embed_model=minilm, image_encoder=tiny_siglip) as reopened:
+        assert reopened.store.in_ram is False and _results(reopened) == before
 
 
 def test_optimize_keeps_every_answer(tmp_path, minilm, tiny_siglip, photos):

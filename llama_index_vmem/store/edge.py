@@ -2,6 +2,12 @@
 
 A shard directory is locked by the process that opens it, so ``open_edge_store`` hands every
 memory and handle of a process the same open store and closes it with the last one.
+
+A store keeps its vectors and indexes on disk, read through the OS page cache, unless made with
+``in_ram=True``: a question reads one memory's few pages, so a million rounds open in about a
+second in a few hundred MB (``benchmarks/scale.py``). Edge optimizes only when asked, so each
+write asks: merging new points into on-disk segments is then a small step each time, and nothing
+piles up in RAM.
 """
 
 from __future__ import annotations
@@ -32,17 +38,28 @@ SIZES_KEY = "vector_sizes"
 #: wakes waits for a time slice (search took 5x as long beside two busy processes on 2 cores, and 1.7x
 #: on one thread; ``benchmarks/busy_machine.py``).
 SEARCH_THREADS = 1
+#: The manifest's record of where vectors and indexes live. Stores made before it kept them in RAM.
+IN_RAM_KEY = "in_ram"
+#: Segments a shard's optimizer merges towards, and the size (KB of vectors) none grows past: each
+#: optimization then rewrites a bounded amount, however large the store, instead of every point.
+SEGMENTS = 8
+MAX_SEGMENT_KB = 200_000
+#: KB of vectors the newest segment gathers before it is written to disk (about 50,000 MiniLM
+#: vectors): Edge's default, a seventh of it, spent 5.6x as long optimizing a million points.
+INDEXING_KB = 75_000
 _registry: Dict[str, "EdgeLaneStore"] = {}
 _registry_lock = threading.Lock()
 
 
-def open_edge_store(path: os.PathLike | str) -> "EdgeLaneStore":
-    """The process-wide open store for ``path`` (shared, reference counted)."""
+def open_edge_store(path: os.PathLike | str, in_ram: Optional[bool] = None) -> "EdgeLaneStore":
+    """The process-wide open store for ``path`` (shared, reference counted). ``in_ram``: vectors and
+    indexes in RAM, or on disk; None keeps the store's own (on disk for a new one)."""
     key = str(Path(path).resolve())
     with _registry_lock:
         store = _registry.get(key)
         if store is None:
             store = _registry[key] = EdgeLaneStore(Path(key))
+        store._ask_in_ram(in_ram)
         store._refs += 1
         return store
 
@@ -57,6 +74,17 @@ class EdgeLaneStore(LaneStore):
         self._folders: Dict[Collection, Tuple[int, int]] = {}
         self._refs = 0
         self._lock = threading.Lock()
+        #: Where vectors and indexes are asked to live (None: where they are), and where they are.
+        self._asked_in_ram: Optional[bool] = None
+        self.in_ram: Optional[bool] = None
+
+    def _ask_in_ram(self, in_ram: Optional[bool]) -> None:
+        if in_ram is None:
+            return
+        if self._shards and in_ram != self.in_ram:
+            raise ValueError(f"store at {self.path} is open in this process with its vectors {_where(self.in_ram)}: "
+                             f"close its memories before opening it with in_ram={in_ram}")
+        self._asked_in_ram = in_ram
 
     def ensure_collections(self, dims: LaneDims, manifest: Dict[str, Any]) -> None:
         with self._lock:
@@ -69,24 +97,40 @@ class EdgeLaneStore(LaneStore):
                 except ValueError as e:
                     raise ValueError(f"store at {self.path}: {MANIFEST} cannot be read ({e}); restore it from a backup") from None
                 sizes = stored.pop(SIZES_KEY, None)
+                was_in_ram = stored.pop(IN_RAM_KEY, True)
                 if not same_encoders(stored, manifest):
                     raise ValueError(f"store at {self.path} was built with other encoders ({encoder_differences(stored, manifest)}): "
                                      "open it with those it was built with")
                 if sizes is not None and sizes != _sizes(dims):  # one model name, another size (dimensions=, truncate_dim)
                     raise ValueError(f"store at {self.path} holds vectors of sizes {sizes}; this memory's encoders make {_sizes(dims)}")
                 if not self._shards:
-                    self._hold(self._load(configs={c: _config(c, dims) for c in Collection}), text)
+                    in_ram = was_in_ram if self._asked_in_ram is None else self._asked_in_ram
+                    self._hold(self._load(dims=dims, in_ram=in_ram), text, in_ram)
+                    if in_ram != was_in_ram:
+                        self._move(in_ram)
                 return
             self.path.mkdir(parents=True, exist_ok=True)
             self._refuse_points_without_manifest()
+            in_ram = bool(self._asked_in_ram)
             for c in Collection:
                 # No manifest yet: any shard here is from a creation that was interrupted (the
                 # manifest is written last and nothing is stored before it), so start it afresh.
                 shutil.rmtree(self.path / c.value, ignore_errors=True)
-                self._shards[c] = _with_indexes(qe.EdgeShard.create(str(self.path / c.value), _config(c, dims)))
-            text = json.dumps({**manifest, SIZES_KEY: _sizes(dims)}, indent=2, sort_keys=True)
+                self._shards[c] = _with_indexes(qe.EdgeShard.create(str(self.path / c.value), _config(c, dims, in_ram)), in_ram)
+            text = _manifest_text({**manifest, SIZES_KEY: _sizes(dims), IN_RAM_KEY: in_ram})
             write_atomically(manifest_path, lambda tmp: tmp.write_text(text), durable=True)
-            self._hold({}, text)
+            self._hold({}, text, in_ram)
+
+    def _move(self, in_ram: bool) -> None:
+        """Rewrite every segment where ``in_ram`` puts it, then record it: until the manifest says
+        so, an interrupted move is made again at the next open."""
+        for shard in self._shards.values():
+            shard.optimize()
+        recorded = json.loads(self._manifest_text)
+        text = _manifest_text({**recorded, IN_RAM_KEY: in_ram})
+        write_atomically(self.path / MANIFEST, lambda tmp: tmp.write_text(text), durable=True)
+        self._manifest_text = text
+        logger.info("store at %s: vectors and indexes moved %s", self.path, _where(in_ram))
 
     def recorded_manifest(self) -> Optional[Dict[str, Any]]:
         with self._lock:
@@ -96,11 +140,13 @@ class EdgeLaneStore(LaneStore):
             except (FileNotFoundError, ValueError):  # none yet; or unreadable, which ``ensure_collections`` names
                 return None
             stored.pop(SIZES_KEY, None)
+            stored.pop(IN_RAM_KEY, None)
             return stored
 
-    def _hold(self, shards: Dict[Collection, qe.EdgeShard], manifest_text: str) -> None:
+    def _hold(self, shards: Dict[Collection, qe.EdgeShard], manifest_text: str, in_ram: bool) -> None:
         self._shards.update(shards)
         self._manifest_text = manifest_text
+        self.in_ram = in_ram
         self._folders = self._folder_identities()
 
     def _folder_identities(self) -> Dict[Collection, Tuple[int, int]]:
@@ -146,14 +192,16 @@ class EdgeLaneStore(LaneStore):
             raise RuntimeError(f"store at {self.path} holds {held} points but no {MANIFEST}, which records the encoders "
                                "that made them: restore it from a backup (to start afresh, remove the folder)")
 
-    def _load(self, collections: Sequence[Collection] = tuple(Collection),
-              configs: Optional[Dict[Collection, qe.EdgeConfig]] = None) -> Dict[Collection, qe.EdgeShard]:
+    def _load(self, collections: Sequence[Collection] = tuple(Collection), dims: Optional[LaneDims] = None,
+              in_ram: bool = True) -> Dict[Collection, qe.EdgeShard]:
         """These shards of the store, or none: a shard left open would keep this process holding it.
-        ``configs`` are checked against each shard's and replace them (how its search runs)."""
+        With ``dims``, each shard's configuration is checked against and replaced by ``_config``'s
+        (how it searches, optimizes, and where ``in_ram`` puts its vectors)."""
         shards: Dict[Collection, qe.EdgeShard] = {}
         try:
             for c in collections:
-                shards[c] = _with_indexes(qe.EdgeShard.load(str(self.path / c.value), (configs or {}).get(c)))
+                config = _config(c, dims, in_ram) if dims is not None else None
+                shards[c] = _with_indexes(qe.EdgeShard.load(str(self.path / c.value), config), in_ram)
         except Exception as e:
             for shard in shards.values():
                 shard.close()
@@ -165,9 +213,11 @@ class EdgeLaneStore(LaneStore):
 
     def upsert(self, collection: Collection, points: Sequence[PointData]) -> None:
         if points:
-            self._shards[collection].update(
+            shard = self._shards[collection]
+            shard.update(
                 qe.UpdateOperation.upsert_points([qe.Point(p.id, {n: _vector(v) for n, v in present(p.vectors).items()}, p.payload) for p in points])
             )
+            shard.optimize()  # free until the newest segment outgrows Edge's indexing threshold
 
     def _query(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
         query = qe.Query.Nearest(_vector(vector), using=using)
@@ -218,7 +268,9 @@ class EdgeLaneStore(LaneStore):
 
     def delete(self, collection: Collection, scope: Scope) -> None:
         if not scope.is_empty:
-            self._shards[collection].update(qe.UpdateOperation.delete_points_by_filter(_filter(scope)))
+            shard = self._shards[collection]
+            shard.update(qe.UpdateOperation.delete_points_by_filter(_filter(scope)))
+            shard.optimize()  # a segment mostly deleted is vacuumed
 
     def set_payloads(self, collection: Collection, updates: Sequence[Tuple[Sequence[str], Dict[str, Any]]]) -> None:
         for ids, payload in updates:
@@ -226,7 +278,7 @@ class EdgeLaneStore(LaneStore):
                 self._shards[collection].update(qe.UpdateOperation.set_payload(list(ids), payload))
 
     def optimize(self) -> None:
-        """Merge segments and build HNSW indexes: minutes at 100k rounds on 2 cores, writes wait."""
+        """What each write does already: merge new points into the store's segments."""
         for shard in self._shards.values():
             shard.optimize()
 
@@ -251,16 +303,18 @@ def _memory_counts(shard: qe.EdgeShard) -> Dict[str, int]:
     return {str(hit.value): int(hit.count) for hit in found.hits}
 
 
-def _with_indexes(shard: qe.EdgeShard) -> qe.EdgeShard:
+def _with_indexes(shard: qe.EdgeShard, in_ram: bool) -> qe.EdgeShard:
     """Create the payload indexes ``shard`` lacks, so a store written by an older version gains
     those added since (its filters would work without them, but by scanning every point)."""
     have = set(shard.info().payload_schema)
+    memory = _memory(in_ram)
     for key in schema.INDEXED_KEYWORDS:
         if key not in have:
-            shard.update(qe.UpdateOperation.create_field_index(key, qe.KeywordIndexParams(is_tenant=key == schema.MEMORY_ID)))
+            shard.update(qe.UpdateOperation.create_field_index(
+                key, qe.KeywordIndexParams(is_tenant=key == schema.MEMORY_ID, memory=memory)))
     for key in schema.INDEXED_INTEGERS:
         if key not in have:
-            shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Integer))
+            shard.update(qe.UpdateOperation.create_field_index(key, qe.IntegerIndexParams(lookup=True, range=True, memory=memory)))
     return shard
 
 
@@ -268,20 +322,47 @@ def _sizes(dims: LaneDims) -> Dict[str, int]:
     return {"text": dims.text, "visual": dims.visual}
 
 
-def _config(collection: Collection, dims: LaneDims) -> qe.EdgeConfig:
-    sparse = {name: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf) for name in SPARSE_VECTORS[collection]}
-    text = qe.EdgeVectorParams(size=dims.text, distance=qe.Distance.Cosine)
+def _manifest_text(manifest: Dict[str, Any]) -> str:
+    return json.dumps(manifest, indent=2, sort_keys=True)
+
+
+def _where(in_ram: Optional[bool]) -> str:
+    return "in RAM" if in_ram else "on disk"
+
+
+def _memory(in_ram: bool) -> Optional[qe.Memory]:
+    """On disk: Qdrant reads the pages a search needs through the OS page cache (``Cold``). In RAM:
+    Edge's own default, which stores made before this choice have."""
+    return None if in_ram else qe.Memory.Cold
+
+
+def _config(collection: Collection, dims: LaneDims, in_ram: bool) -> qe.EdgeConfig:
+    """No HNSW graph (``m=0``): a question searches one memory, whose points the ``memory_id``
+    index finds, and scores them all; a graph over every memory would cost minutes to build and
+    RAM to hold, and answer no question this store is asked."""
+    memory = _memory(in_ram)
+    common: Dict[str, Any] = dict(
+        max_search_threads=SEARCH_THREADS,
+        hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000, memory=memory),
+        optimizers=qe.EdgeOptimizersConfig(default_segment_number=SEGMENTS, max_segment_size=MAX_SEGMENT_KB,
+                                           indexing_threshold=INDEXING_KB),
+        payload_memory=qe.Memory.Cold,
+        id_tracker_memory=memory,
+    )
+    sparse = {name: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf, memory=memory) for name in SPARSE_VECTORS[collection]}
+
+    def dense(size: int, **kwargs: Any) -> qe.EdgeVectorParams:
+        return qe.EdgeVectorParams(size=size, distance=qe.Distance.Cosine, memory=memory, **kwargs)
+
     if collection is Collection.TEXT:
-        return qe.EdgeConfig(vectors={schema.TEXT_DENSE: text}, sparse_vectors=sparse, max_search_threads=SEARCH_THREADS)
+        return qe.EdgeConfig(vectors={schema.TEXT_DENSE: dense(dims.text)}, sparse_vectors=sparse, **common)
     if collection is Collection.IMAGE:
-        vectors = {schema.TEXT_DENSE: text, schema.VISUAL: qe.EdgeVectorParams(size=dims.visual, distance=qe.Distance.Cosine)}
+        vectors = {schema.TEXT_DENSE: dense(dims.text), schema.VISUAL: dense(dims.visual)}
         if dims.regions:
-            vectors[schema.VISUAL_REGIONS] = qe.EdgeVectorParams(
-                size=dims.visual, distance=qe.Distance.Cosine,
-                multivector_config=qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim))
-        return qe.EdgeConfig(vectors=vectors, sparse_vectors=sparse, max_search_threads=SEARCH_THREADS)
+            vectors[schema.VISUAL_REGIONS] = dense(dims.visual, multivector_config=qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim))
+        return qe.EdgeConfig(vectors=vectors, sparse_vectors=sparse, **common)
     # The round store holds payloads only; Edge requires at least one (unused) vector.
-    return qe.EdgeConfig(sparse_vectors={"unused": qe.EdgeSparseVectorParams()}, max_search_threads=SEARCH_THREADS)
+    return qe.EdgeConfig(sparse_vectors={"unused": qe.EdgeSparseVectorParams(memory=memory)}, **common)
 
 
 def _vector(v: Vector) -> Any:

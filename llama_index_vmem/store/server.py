@@ -29,16 +29,22 @@ UPSERT_BATCH = 64
 REQUEST_BYTES = 16 * 1024 * 1024
 #: The collection metadata key holding the encoder manifest the collection was built with.
 MANIFEST_KEY = "vmem_manifest"
+#: Qdrant's multitenancy layout: no graph over every memory (``m=0``), one per memory from the
+#: ``memory_id`` tenant index (``payload_m``), built where a memory outgrows a full scan. A question
+#: searches one memory, so a global graph would cost build time and RAM for no question asked.
+TENANT_GRAPHS = models.HnswConfigDiff(m=0, payload_m=16)
 
 
 class ServerLaneStore(LaneStore):
     """``client`` is any ``QdrantClient``: ``QdrantClient(url=...)`` for a server, ``location=":memory:"`` in tests."""
 
     def __init__(self, client: QdrantClient, prefix: str = "vmem", owns_client: bool = False,
-                 batch_size: int = UPSERT_BATCH) -> None:
+                 batch_size: int = UPSERT_BATCH, in_ram: Optional[bool] = None) -> None:
         self.client = client
         self.prefix = prefix
         self.batch_size = batch_size
+        #: Where collections made here keep vectors and indexes (None: on disk); made ones keep theirs.
+        self.in_ram = bool(in_ram)
         #: A client the caller passed in serves their other memories too: closing one must not close it.
         self.owns_client = owns_client
 
@@ -71,9 +77,10 @@ class ServerLaneStore(LaneStore):
                 self._check_manifest(name, info, manifest)
                 have = info.payload_schema
             else:
-                self.client.create_collection(name, vectors_config=_dense_config(c, dims), sparse_vectors_config=_sparse_config(c),
-                                              metadata={MANIFEST_KEY: manifest})
-            for key, field_schema in _payload_indexes().items():  # a collection from an older version gains those added since
+                self.client.create_collection(name, vectors_config=_dense_config(c, dims, self.in_ram),
+                                              sparse_vectors_config=_sparse_config(c, self.in_ram), on_disk_payload=True,
+                                              hnsw_config=TENANT_GRAPHS, metadata={MANIFEST_KEY: manifest})
+            for key, field_schema in _payload_indexes(self.in_ram).items():  # a collection from an older version gains those added since
                 if key not in have:
                     self.client.create_payload_index(name, key, field_schema=field_schema)
 
@@ -177,30 +184,36 @@ def _server_of(client: QdrantClient) -> Hashable:
     return ("object", id(engine))
 
 
-def _dense_config(c: Collection, dims: LaneDims) -> Dict[str, models.VectorParams]:
-    text = models.VectorParams(size=dims.text, distance=models.Distance.COSINE)
+def _dense_config(c: Collection, dims: LaneDims, in_ram: bool = False) -> Dict[str, models.VectorParams]:
+    """Vectors ``on_disk`` unless ``in_ram``: the server reads those a search needs through its page
+    cache (the ``on_disk`` flags, not ``memory=``, which servers before 1.19 refuse)."""
+    def dense(size: int, **kwargs: Any) -> models.VectorParams:
+        return models.VectorParams(size=size, distance=models.Distance.COSINE, on_disk=not in_ram, **kwargs)
+
     if c is Collection.TEXT:
-        return {schema.TEXT_DENSE: text}
+        return {schema.TEXT_DENSE: dense(dims.text)}
     if c is Collection.IMAGE:
-        vectors = {schema.TEXT_DENSE: text, schema.VISUAL: models.VectorParams(size=dims.visual, distance=models.Distance.COSINE)}
+        vectors = {schema.TEXT_DENSE: dense(dims.text), schema.VISUAL: dense(dims.visual)}
         if dims.regions:
-            vectors[schema.VISUAL_REGIONS] = models.VectorParams(
-                size=dims.visual, distance=models.Distance.COSINE,
-                multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM))
+            vectors[schema.VISUAL_REGIONS] = dense(
+                dims.visual, multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM))
         return vectors
     return {}
 
 
-def _sparse_config(c: Collection) -> Optional[Dict[str, models.SparseVectorParams]]:
-    return {name: models.SparseVectorParams(modifier=models.Modifier.IDF) for name in SPARSE_VECTORS[c]} or None
+def _sparse_config(c: Collection, in_ram: bool = False) -> Optional[Dict[str, models.SparseVectorParams]]:
+    return {name: models.SparseVectorParams(modifier=models.Modifier.IDF, index=models.SparseIndexParams(on_disk=not in_ram))
+            for name in SPARSE_VECTORS[c]} or None
 
 
-def _payload_indexes() -> Dict[str, Any]:
-    """Every payload index a collection has: ``memory_id`` as the tenant key, the other ids, ``seq`` and ``time``."""
-    tenant = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)
-    integer = models.IntegerIndexParams(type=models.IntegerIndexType.INTEGER, lookup=True, range=True)
-    return ({key: tenant if key == schema.MEMORY_ID else models.PayloadSchemaType.KEYWORD for key in schema.INDEXED_KEYWORDS}
-            | {key: integer for key in schema.INDEXED_INTEGERS})
+def _payload_indexes(in_ram: bool = False) -> Dict[str, Any]:
+    """Every payload index a collection has: ``memory_id`` as the tenant key (the server keeps each
+    memory's points together on disk), the other ids, ``seq`` and ``time``."""
+    def keyword(is_tenant: bool) -> models.KeywordIndexParams:
+        return models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=is_tenant, on_disk=not in_ram)
+
+    integer = models.IntegerIndexParams(type=models.IntegerIndexType.INTEGER, lookup=True, range=True, on_disk=not in_ram)
+    return {key: keyword(key == schema.MEMORY_ID) for key in schema.INDEXED_KEYWORDS} | {key: integer for key in schema.INDEXED_INTEGERS}
 
 
 def _check_dims(name: str, info: Any, c: Collection, dims: LaneDims) -> None:
