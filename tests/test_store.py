@@ -734,6 +734,36 @@ def test_a_new_store_keeps_vectors_on_disk_unless_asked_and_an_old_one_moves_whe
         assert reopened.store.in_ram is False and _results(reopened) == before
 
 
+def test_answers_are_the_same_from_on_disk_segments_as_from_ram(tmp_path, minilm, tiny_siglip, photos, monkeypatch):
+    """Every write here goes straight to on-disk segments (a threshold of 1 KB of vectors), as a big
+    store's points do: the answers and their scores are those of a store held in RAM."""
+    from llama_index_vmem.store import edge
+
+    monkeypatch.setattr(edge, "INDEXING_KB", 1)
+    answers = {}
+    for in_ram in (False, True):
+        with VMemIndex.from_defaults(path=tmp_path / str(in_ram), embed_model=minilm, image_encoder=tiny_siglip, in_ram=in_ram) as index:
+            for r in _rounds(photos):
+                index.add_rounds([r])
+            assert all(index.store._shards[c].info().segments_count > 1 for c in (Collection.TEXT, Collection.IMAGE)), \
+                "the points left the segment that takes new writes"
+            answers[in_ram] = _results(index, image_path=str(photos["rocket"]))
+    assert answers[False] == answers[True] and all(answers[False])
+
+
+def test_rounds_leave_ram_too_and_their_marker_vector_is_never_read_back(tmp_path, minilm, tiny_siglip, monkeypatch):
+    """Edge optimizes only segments with vectors; a round has none of its own, so each carries a
+    one-entry marker. Without it a million rounds stayed in the segment held in RAM (2 GB)."""
+    from llama_index_vmem.store import edge
+
+    monkeypatch.setattr(edge, "ROUNDS_INDEXING_KB", 1)  # about 90 markers
+    with VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip) as index:
+        index.add_rounds([{"user": f"note {i}", "assistant": "ok"} for i in range(120)])
+        assert index.store._shards[Collection.ROUNDS].info().segments_count > 1
+        assert [p.vectors for p in index.store.points(Collection.ROUNDS, index.scope())] == [{}] * 120
+        assert len(index) == 120 and index.as_retriever(k=1).retrieve("note 77")[0].node.text.startswith("User: note 77")
+
+
 def test_optimize_keeps_every_answer(tmp_path, minilm, tiny_siglip, photos):
     index = VMemIndex.from_defaults(path=tmp_path / "m", embed_model=minilm, image_encoder=tiny_siglip)
     try:

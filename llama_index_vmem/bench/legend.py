@@ -26,6 +26,7 @@ RUNGS: Dict[str, str] = {
     "no-answer-carry": "the full system without the answer carry (a round after one that ends in a question "
                        "gets a share of that round's score)",
     "less-all": "the full system with all five of those changes at once",
+    "in-ram": "the full system on a store that keeps its vectors and indexes in RAM instead of on disk",
 }
 
 #: The stock LlamaIndex systems vmem-bench can compare V-Mem with.

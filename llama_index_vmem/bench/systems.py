@@ -57,7 +57,8 @@ class Rung:
 _FULL = dict(routing=True, round_level=True, anchors=True)
 #: The ablation ladder. The first four are the paper's Table 3 (``anchors`` is the full system); the
 #: rest take one idea beyond the paper out of the full system each, so each idea's effect is measured
-#: alone, and ``less-all`` takes all of them out.
+#: alone, and ``less-all`` takes all of them out. ``in-ram`` is the full system on a store that keeps
+#: its vectors and indexes in RAM: its answers should be the full system's.
 RUNGS = {
     "vanilla": Rung(dict(routing=False, round_level=False, anchors=False)),
     "routing": Rung(dict(routing=True, round_level=False, anchors=False)),
@@ -70,6 +71,7 @@ RUNGS = {
     "no-answer-carry": Rung(dict(_FULL, answer_weight=0.0)),
     "less-all": Rung(dict(_FULL, candidate_pool=20, answer_weight=0.0),
                      (("bm25_b", 0.75), ("dated_units", False), ("reply_context", False))),
+    "in-ram": Rung(_FULL, (("in_ram", True),)),
 }
 #: ``-units`` variants index V-Mem's units (user span, assistant span, caption), searched by their text alone
 #: and scored by their rounds: a labelled extra. The plain names index what
