@@ -132,10 +132,10 @@ class VMemIndex(RoundMemory):
         True) are fixed when the store is created too: left None, a memory follows its store's (one
         built before they were recorded: 0.75, False and False), and another value is refused.
 
-        ``in_ram=True`` keeps the store's vectors and indexes in RAM, for speed where RAM is plenty;
-        by default they stay on disk and a question reads the few pages it needs. None keeps what
-        the store has (a store made before this choice has them in RAM); True or False on an
-        embedded store that has the other moves it, once, as it opens. A server's collections keep
+        ``in_ram=True`` makes a store that keeps its vectors and indexes in RAM, for speed where RAM
+        is plenty; by default they stay on disk and a question reads the few pages it needs. A store
+        keeps what it was made with (one made before this choice has them in RAM): None opens it as
+        it is, and the other value is refused on an embedded store. A server's collections keep
         what they were made with.
         """
         named = memory_id is not None

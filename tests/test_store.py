@@ -711,7 +711,7 @@ def test_a_store_made_before_keeps_its_vectors_in_ram_and_gains_one_search_threa
         assert len(index) == 4 and _results(index) == before
 
 
-def test_a_new_store_keeps_vectors_on_disk_unless_asked_and_an_old_one_moves_when_asked(tmp_path, minilm, tiny_siglip, photos,
+def test_a_new_store_keeps_vectors_on_disk_unless_asked_and_an_old_one_is_not_moved_behind_its_back(tmp_path, minilm, tiny_siglip, photos,
                                                                                        monkeypatch):
     from llama_index_vmem.store import edge
 
@@ -726,12 +726,11 @@ def test_a_new_store_keeps_vectors_on_disk_unless_asked_and_an_old_one_moves_whe
         assert _results(ram)[0]
 
     before = _made_before_the_layout_choice(tmp_path / "old", minilm, tiny_siglip, photos, monkeypatch)
-    with VMemIndex.from_defaults(path=tmp_path / "old", embed_model=minilm, image_encoder=tiny_siglip, in_ram=False) as moved:
-        assert all(_on_disk(c) for c in _edge_configs(tmp_path / "old").values())
-        assert len(moved) == 4 and _results(moved) == before
-    assert json.loads((tmp_path / "old" / "qdrant" / edge.MANIFEST).read_text())[edge.IN_RAM_KEY] is False
+    with pytest.raises(ValueError, match=r"keeps its vectors in RAM, as it was made, and cannot move them: open it without in_ram="):
+        VMemIndex.from_defaults(path=tmp_path / "old", embed_model=minilm, image_encoder=tiny_siglip, in_ram=False)
     with VMemIndex.from_defaults(path=tmp_path / "old", embed_model=minilm, image_encoder=tiny_siglip) as reopened:
-        assert reopened.store.in_ram is False and _results(reopened) == before
+        assert reopened.store.in_ram is True and len(reopened) == 4 and _results(reopened) == before
+    assert edge.IN_RAM_KEY not in json.loads((tmp_path / "old" / "qdrant" / edge.MANIFEST).read_text())
 
 
 def test_answers_are_the_same_from_on_disk_segments_as_from_ram(tmp_path, minilm, tiny_siglip, photos, monkeypatch):

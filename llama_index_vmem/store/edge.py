@@ -4,8 +4,8 @@ A shard directory is locked by the process that opens it, so ``open_edge_store``
 memory and handle of a process the same open store and closes it with the last one.
 
 A store keeps its vectors and indexes on disk, read through the OS page cache, unless made with
-``in_ram=True``: a question reads one memory's few pages, so a million rounds open in about a
-second in a few hundred MB (``benchmarks/scale.py``). Edge optimizes only when asked, so each
+``in_ram=True``: a question reads one memory's few pages, so a million rounds open in about 3 s
+in about 1 GB (``benchmarks/scale.py``). Edge optimizes only when asked, so each
 write asks: merging new points into on-disk segments is then a small step each time, and nothing
 piles up in RAM.
 """
@@ -109,11 +109,13 @@ class EdgeLaneStore(LaneStore):
                                      "open it with those it was built with")
                 if sizes is not None and sizes != _sizes(dims):  # one model name, another size (dimensions=, truncate_dim)
                     raise ValueError(f"store at {self.path} holds vectors of sizes {sizes}; this memory's encoders make {_sizes(dims)}")
+                if self._asked_in_ram not in (None, was_in_ram):  # Edge places only new segments by a new configuration
+                    raise ValueError(f"store at {self.path} keeps its vectors {_where(was_in_ram)}, as it was made, and cannot "
+                                     f"move them: open it without in_ram=, or copy its memories into a new store made with "
+                                     f"in_ram={self._asked_in_ram} (export_archive, then VMemIndex.from_archive(..., path=..., "
+                                     f"in_ram={self._asked_in_ram}))")
                 if not self._shards:
-                    in_ram = was_in_ram if self._asked_in_ram is None else self._asked_in_ram
-                    self._hold(self._load(dims=dims, in_ram=in_ram), text, in_ram)
-                    if in_ram != was_in_ram:
-                        self._move(in_ram)
+                    self._hold(self._load(dims=dims, in_ram=was_in_ram), text, was_in_ram)
                 return
             self.path.mkdir(parents=True, exist_ok=True)
             self._refuse_points_without_manifest()
@@ -126,17 +128,6 @@ class EdgeLaneStore(LaneStore):
             text = _manifest_text({**manifest, SIZES_KEY: _sizes(dims), IN_RAM_KEY: in_ram})
             write_atomically(manifest_path, lambda tmp: tmp.write_text(text), durable=True)
             self._hold({}, text, in_ram)
-
-    def _move(self, in_ram: bool) -> None:
-        """Rewrite every segment where ``in_ram`` puts it, then record it: until the manifest says
-        so, an interrupted move is made again at the next open."""
-        for shard in self._shards.values():
-            shard.optimize()
-        recorded = json.loads(self._manifest_text)
-        text = _manifest_text({**recorded, IN_RAM_KEY: in_ram})
-        write_atomically(self.path / MANIFEST, lambda tmp: tmp.write_text(text), durable=True)
-        self._manifest_text = text
-        logger.info("store at %s: vectors and indexes moved %s", self.path, _where(in_ram))
 
     def recorded_manifest(self) -> Optional[Dict[str, Any]]:
         with self._lock:
