@@ -125,7 +125,7 @@ class EdgeLaneStore(LaneStore):
                 # manifest is written last and nothing is stored before it), so start it afresh.
                 shutil.rmtree(self.path / c.value, ignore_errors=True)
                 self._shards[c] = _with_indexes(qe.EdgeShard.create(str(self.path / c.value), _config(c, dims, in_ram)), in_ram)
-            text = _manifest_text({**manifest, SIZES_KEY: _sizes(dims), IN_RAM_KEY: in_ram})
+            text = json.dumps({**manifest, SIZES_KEY: _sizes(dims), IN_RAM_KEY: in_ram}, indent=2, sort_keys=True)
             write_atomically(manifest_path, lambda tmp: tmp.write_text(text), durable=True)
             self._hold({}, text, in_ram)
 
@@ -318,10 +318,6 @@ def _with_indexes(shard: qe.EdgeShard, in_ram: bool) -> qe.EdgeShard:
 
 def _sizes(dims: LaneDims) -> Dict[str, int]:
     return {"text": dims.text, "visual": dims.visual}
-
-
-def _manifest_text(manifest: Dict[str, Any]) -> str:
-    return json.dumps(manifest, indent=2, sort_keys=True)
 
 
 def _where(in_ram: Optional[bool]) -> str:
