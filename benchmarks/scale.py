@@ -235,11 +235,11 @@ def measure_retrieval(index: VMemIndex, queries: Sequence[VMemQueryBundle], rss:
         retriever.retrieve(q)
         uncached.append((time.perf_counter() - t0) * 1000)
         cpu.append((time.process_time() - c0) * 1000)
-        misses = index._encode_query_text.cache_info().misses
+        misses = index.query_texts_encoded
         t0 = time.perf_counter()
         retriever.retrieve(q)
         cached.append((time.perf_counter() - t0) * 1000)
-        assert index._encode_query_text.cache_info().misses == misses, "the search-only pass encoded a query"
+        assert index.query_texts_encoded == misses, "the search-only pass encoded a query"
         case = retriever.route(q).case.value
         cases[case] = cases.get(case, 0) + 1
     questions_peak = max(rss.peak_mb, PeakRSS.current_mb()) if rss is not None else None

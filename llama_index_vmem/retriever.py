@@ -105,6 +105,12 @@ class RetrievalResult:
         return llm_fallbacks(self.anchors)
 
 
+def embeds_text(signal: Signal, anchor: AnchorValue) -> bool:
+    """Whether this signal searches with the text encoder's embedding of the anchor's words."""
+    not_dense = (schema.VISUAL, schema.TEXT_SPARSE, schema.TEXT_CONTEXT_SPARSE)
+    return signal.vector not in not_dense and anchor.embedding is None and schema.visible(anchor.text)
+
+
 def picture_match(picture: ImageNode, returned_with: TextNode) -> str:
     """How a picture returned with a round says whose it is: "picture of D2:3", or, for a picture a
     round without one borrowed from a neighbour, "picture of D2:3, next to D2:2". It is always named
@@ -228,6 +234,7 @@ class VMemRetriever(BaseRetriever):
         carry read them (so building the returned rounds does not read them again)."""
         pool = max(plan.config.candidate_pool, plan.k)  # a widened k (aggregation) gets enough candidates
         key = round_of if plan.round_level else unit_of
+        self._index.encode_query_texts([anchors[s.anchor].text for s in plan.signals if embeds_text(s, anchors[s.anchor])])
         found = {s.name: self._search(s, anchors[s.anchor], eligible, pool) for s in plan.signals}
         rankings = {name: rank_rounds(hits, key) for name, hits in found.items()}
         fused = rrf(rankings, plan.config.rrf_kappa, key, plan.tie_break)
@@ -368,10 +375,10 @@ class VMemRetriever(BaseRetriever):
             return []  # a memory built without reply contexts has no such vectors
         elif signal.vector in (schema.TEXT_SPARSE, schema.TEXT_CONTEXT_SPARSE):
             vector = index.bm25.query(anchor.text)
-        elif anchor.embedding is not None:
-            vector = list(anchor.embedding)
-        else:
+        elif embeds_text(signal, anchor):
             vector = index.encode_query_text(anchor.text)
+        else:
+            vector = list(anchor.embedding)
         scope = self._filtered(tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None)
         if signal.vector == schema.VISUAL and index.region_tiles:  # the query image against every stored region
             return index.store.search(signal.collection, schema.VISUAL_REGIONS, [vector], scope, pool)

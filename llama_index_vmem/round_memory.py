@@ -18,6 +18,7 @@ import tempfile
 import threading
 from dataclasses import replace
 from datetime import date
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
@@ -34,7 +35,7 @@ from . import images as image_io
 from . import schema, times
 from .config import VMemConfig
 from .encoders import Bm25Encoder, Sparse, encoder_id, resolve_build_options
-from .encoders.text import padded_batches, token_lengths
+from .encoders.text import padded_batches, query_embeddings, token_lengths
 from .encoders.threads import query_threads
 from .errors import VMemInputError, keywords_listed
 from .lifecycle import Selection, StoredRound
@@ -45,6 +46,9 @@ from .store import Collection, Hit, LaneDims, LaneStore, PointData, Scope
 from .times import TimeLike
 
 logger = logging.getLogger(__name__)
+
+#: Query texts whose embeddings a memory keeps: a chat asks again, and rungs of a bench share them.
+QUERY_CACHE_SIZE = 256
 
 
 _write_locks: Dict[Tuple[Hashable, str], threading.Lock] = {}
@@ -126,7 +130,10 @@ class RoundMemory:
             self.attached_dir = self.image_dir / "attached"
             self._parser = RoundNodeParser(memory_id=memory_id, image_dir=str(self.image_dir), transcriber=transcriber)
             self._tempdir = owns_tempdir
-            self._encode_query_text = lru_cache(maxsize=256)(self._embed_query_text)
+            self._query_vectors: "OrderedDict[str, Tuple[float, ...]]" = OrderedDict()
+            self._query_lock = threading.Lock()
+            #: Query texts the text encoder has embedded so far (cache misses), for benchmarks and tests.
+            self.query_texts_encoded = 0
             self._encode_query_pixels = lru_cache(maxsize=8)(self._embed_query_pixels)
             self.lane_dims = self._dims()
             #: How units are encoded (``encoders.BUILD_DEFAULTS``): as asked, else as the store was built.
@@ -533,16 +540,31 @@ class RoundMemory:
 
     # -- reads used by the retriever and postprocessor ----------------------------------------
 
-    def _embed_query_text(self, text: str) -> Tuple[float, ...]:
-        with query_threads():
-            return tuple(self.embed_model.get_query_embedding(text))
+    def encode_query_texts(self, texts: Sequence[str]) -> List[List[float]]:
+        """Query embeddings, cached: one question's signals (and a repeated question) embed a text
+        once, and the texts not cached are embedded together, in one forward pass where the encoder
+        can (``query_embeddings``): a question and its picture's words cost one pass, not two."""
+        with self._query_lock:
+            found = {t: self._query_vectors[t] for t in texts if t in self._query_vectors}
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing:
+            with query_threads():
+                found.update(zip(missing, map(tuple, query_embeddings(self.embed_model, missing)), strict=True))
+        with self._query_lock:
+            self.query_texts_encoded += len(missing)
+            for t in dict.fromkeys(texts):
+                self._query_vectors[t] = found[t]
+                self._query_vectors.move_to_end(t)
+            while len(self._query_vectors) > QUERY_CACHE_SIZE:
+                self._query_vectors.popitem(last=False)
+        return [list(found[t]) for t in texts]
 
     def encode_query_text(self, text: str) -> List[float]:
-        """Query embedding, cached: one question's signals (and a repeated question) embed it once."""
-        return list(self._encode_query_text(text))
+        return self.encode_query_texts([text])[0]
 
     def clear_query_cache(self) -> None:
-        self._encode_query_text.cache_clear()
+        with self._query_lock:
+            self._query_vectors.clear()
         self._encode_query_pixels.cache_clear()
 
     def load_query_image(self, image: str) -> image_io.LoadedImage:

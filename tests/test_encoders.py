@@ -131,3 +131,29 @@ def test_importing_the_index_leaves_torch_and_the_server_client_for_later():
             "'qdrant_client', 'sklearn'}))")
     loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
     assert loaded == "[]"
+
+
+def test_a_question_and_its_pictures_words_are_embedded_in_one_pass(minilm, monkeypatch):
+    """A question with a caption searches with two texts (the question, and the question plus the
+    picture's words): one forward pass of the model for both, each as it would embed alone, and
+    asking again embeds nothing."""
+    from llama_index_vmem import VMemIndex, VMemQueryBundle
+
+    passes = []
+    original = type(minilm)._embed
+    monkeypatch.setattr(type(minilm), "_embed", lambda self, texts, prompt_name=None: (
+        passes.append((list(texts), prompt_name)), original(self, texts, prompt_name))[1])
+    question = VMemQueryBundle("Which entrepreneur did I mention about this?", image_caption="A red Tesla electric car")
+    with VMemIndex.from_defaults(embed_model=minilm) as index:
+        index.add_rounds([{"user": "Electric cars are mainstream now.", "assistant": "Elon Musk pushed the industry."}])
+        passes.clear()
+        result = index.as_retriever().retrieve_with_plan(question)
+        texts = {a.text for a in result.anchors.values()}
+        assert len(texts) == 2
+        assert len(passes) == 1 and set(passes[0][0]) == texts and passes[0][1] == "query"
+        assert index.query_texts_encoded == 2
+        for text, vector in zip(passes[0][0], index.encode_query_texts(passes[0][0])):
+            alone = minilm.get_query_embedding(text)
+            assert np.dot(vector, alone) / np.linalg.norm(vector) / np.linalg.norm(alone) > 0.9999
+        index.as_retriever().retrieve_with_plan(question)
+        assert index.query_texts_encoded == 2 and len(passes) == 3  # only the two single checks above

@@ -44,6 +44,11 @@ class AutocastHuggingFaceEmbedding(HuggingFaceEmbedding):
         encoded = self._model.tokenizer(list(texts), truncation=True, max_length=self.max_length)
         return [len(ids) for ids in encoded["input_ids"]]
 
+    def get_query_embedding_batch(self, queries: Sequence[str]) -> List[List[float]]:
+        """Several questions in one forward pass: a question and the words of its picture cost one
+        pass of the model, not two."""
+        return self._embed(list(queries), prompt_name="query")
+
     @classmethod
     def class_name(cls) -> str:
         return "HuggingFaceEmbedding"  # the same weights, so stores built either way stay compatible

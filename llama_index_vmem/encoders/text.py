@@ -34,6 +34,15 @@ def token_lengths(embed_model: BaseEmbedding, texts: Sequence[str]) -> List[int]
     return [len(t) // CHARS_PER_TOKEN + 1 for t in texts]
 
 
+def query_embeddings(embed_model: BaseEmbedding, queries: Sequence[str]) -> List[List[float]]:
+    """The queries' embeddings, in one forward pass where the encoder offers a batch of queries
+    (``get_query_embedding_batch``); LlamaIndex's ``BaseEmbedding`` embeds one query per call."""
+    batch = getattr(embed_model, "get_query_embedding_batch", None)
+    if callable(batch) and len(queries) > 1:
+        return batch(queries)
+    return [embed_model.get_query_embedding(q) for q in queries]
+
+
 def padded_batches(lengths: Sequence[int], budget: int = BATCH_TOKENS, max_size: int = MAX_BATCH) -> List[List[int]]:
     """Indices of texts of these ``lengths``, shortest first, cut into batches whose padded size fits ``budget``."""
     batches: List[List[int]] = []
