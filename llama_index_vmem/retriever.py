@@ -355,7 +355,7 @@ class VMemRetriever(BaseRetriever):
         neighbours within the window (None when the plan has no filter)."""
         if plan.image_filter_window is None:
             return None
-        image_units = self._index.store.scroll(Collection.IMAGE, self._filtered())
+        image_units = self._index.store.scroll(Collection.IMAGE, self._filtered(), keys=[schema.ROUND_ID])
         image_rounds = neighbours.round_payloads(self._index, {h.payload[schema.ROUND_ID] for h in image_units})
         return neighbours.within(self._index, image_rounds, plan.image_filter_window)
 

@@ -607,7 +607,7 @@ class RoundMemory:
         """Each round's own images, or, for a round without one, the images of its linked rounds
         within ``window`` (nearest first, the earlier side first), never across a session's edge
         nor, given a ``time_range`` (retrieval's filter), out of it."""
-        own = self.images_of(r.node_id for r in rounds)
+        own = self.images_of(r.node_id for r in rounds if r.metadata.get(schema.IMAGE_IDS, True))  # a round lists its pictures
         out = {r.node_id: own.get(r.node_id, []) for r in rounds}
         borrowing = {r.node_id: r.metadata for r in rounds if not out[r.node_id]}
         for layer in neighbours.steps(self, borrowing, window):

@@ -116,14 +116,16 @@ def test_a_page_reads_only_its_own_rounds_and_pages_join_into_the_full_listing(o
             assert [k for page in pages for k in page] == expected and pages[-1] == [], (name, limit)
     assert [len(r.units) for r in index.rounds(offset=14, limit=2)] == [2, 2]
     read = []
-    records = index.store.records
 
-    def counted(collection, *args, **kwargs):
-        found = records(collection, *args, **kwargs)
-        read.extend([collection] * len(found))
-        return found
+    def counting(reader):
+        def counted(collection, *args, **kwargs):
+            found = reader(collection, *args, **kwargs)
+            read.extend([collection] * len(found))
+            return found
+        return counted
 
-    monkeypatch.setattr(index.store, "records", counted)
+    for reader in ("records", "_retrieve"):  # through a filter, or by id
+        monkeypatch.setattr(index.store, reader, counting(getattr(index.store, reader)))
     assert keys(index.rounds(offset=14, limit=2)) == order[14:16]
     assert read.count(Collection.ROUNDS) == 2, "the page's own round records, not the memory's 16"
 

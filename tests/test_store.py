@@ -210,6 +210,8 @@ def test_tenants_never_see_each_other(tmp_path, minilm, tiny_siglip, photos, bac
         # A crafted id of the other memory is simply not found.
         bob_ids = [h.id for h in bob.store.scroll(Collection.ROUNDS, bob.scope())]
         assert alice.get_rounds(bob_ids) == {}
+        alice_ids = [h.id for h in alice.store.scroll(Collection.ROUNDS, alice.scope())]
+        assert set(alice.get_rounds(["not a round id", *bob_ids, *alice_ids, alice_ids[0]])) == set(alice_ids)
         assert alice.image_dir != bob.image_dir
         assert len(alice) == len(bob) == 4
     finally:

@@ -9,7 +9,8 @@ memory's points, whatever ids or filters it is given.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
@@ -103,6 +104,19 @@ def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
     if scope.lacking is not None:
         out.append((scope.lacking, "empty", None))
     return out
+
+
+def _only_round_ids(scope: Scope) -> bool:
+    """Whether the scope narrows its memory by round ids and nothing else."""
+    return scope.round_ids is not None and replace(scope, round_ids=None) == Scope(scope.memory_id)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return True
 
 
 def present(vectors: Dict[str, Vector]) -> Dict[str, Vector]:
@@ -223,9 +237,27 @@ class LaneStore(abc.ABC):
         """Points in scope ordered by ``seq`` (then unit index), up to ``limit``. With ``keys``, each
         payload holds only those (and the order's): reading whole payloads is most of a scroll's cost."""
         payload = True if keys is None else list(dict.fromkeys([*keys, schema.SEQ, schema.UNIT_INDEX]))
-        hits = [Hit(str(r.id), 0.0, dict(r.payload or {})) for r in self.records(collection, scope, False, payload)]
+        if collection is Collection.ROUNDS and _only_round_ids(scope):
+            records = self._rounds_by_id(scope, payload)
+        else:
+            records = self.records(collection, scope, False, payload)
+        hits = [Hit(str(r.id), 0.0, dict(r.payload or {})) for r in records]
         hits.sort(key=_conversation_order)
         return hits[:limit] if limit is not None else hits
+
+    def _rounds_by_id(self, scope: Scope, payload: Union[bool, List[str]]) -> List[Any]:
+        """The round records of ``scope.round_ids`` read by id, not through the payload index: a third
+        of the time on Qdrant Edge, and what a question does most (its candidates' rounds). The
+        memory is checked on each record read, so another memory's ids are not found, as by a filter.
+        An id that is no point id (not a UUID) names no stored round."""
+        ids = [i for i in dict.fromkeys(scope.round_ids or ()) if _is_uuid(i)]
+        keys = payload if isinstance(payload, bool) else [*payload, schema.MEMORY_ID]
+        found = self._retrieve(Collection.ROUNDS, ids, keys) if ids else []
+        return [r for r in found if (r.payload or {}).get(schema.MEMORY_ID) == scope.memory_id]
+
+    @abc.abstractmethod
+    def _retrieve(self, collection: Collection, ids: Sequence[str], payload: Union[bool, List[str]]) -> List[Any]:
+        """The records with these point ids that exist, of any memory; each has ``id`` and ``payload``."""
 
     def points(self, collection: Collection, scope: Scope) -> List[PointData]:
         """Points in scope with their vectors, to snapshot (before a forget) or export a memory."""

@@ -229,6 +229,9 @@ class EdgeLaneStore(LaneStore):
             offset=offset, limit=limit, filter=_filter(scope), with_payload=payload,
             with_vector=with_vectors and collection is not Collection.ROUNDS))
 
+    def _retrieve(self, collection: Collection, ids: Sequence[str], payload: Union[bool, List[str]]) -> List[Any]:
+        return self._shards[collection].retrieve(list(ids), payload, False)
+
     def count(self, collection: Collection, scope: Scope) -> int:
         if scope.is_empty:
             return 0

@@ -121,6 +121,9 @@ class ServerLaneStore(LaneStore):
         return self.client.scroll(self.name(collection), scroll_filter=_filter(scope), limit=limit, offset=offset,
                                   with_payload=payload, with_vectors=with_vectors)
 
+    def _retrieve(self, collection: Collection, ids: Sequence[str], payload: Union[bool, List[str]]) -> List[Any]:
+        return self.client.retrieve(self.name(collection), ids=list(ids), with_payload=payload, with_vectors=False)
+
     def count(self, collection: Collection, scope: Scope) -> int:
         if scope.is_empty:
             return 0
