@@ -340,6 +340,21 @@ def measure_reopened(args: argparse.Namespace, conv_index: int) -> Dict[str, Any
     return out
 
 
+def ask_again(args: argparse.Namespace) -> None:
+    """Fresh processes asking a kept store again: the probe memory holds the first conversation."""
+    if args.path is None or not args.path.is_dir():
+        raise SystemExit("--ask-again needs --path of a store an earlier run kept")
+    runs = [measure_reopened(args, 0) for _ in range(args.ask_again)]
+    print("| process | open s | p50 ms | p95 ms | search-only p50 ms | encode p50 ms | p50 / encode | p95 / p50 | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for i, r in enumerate(runs, 1):
+        print(f"| {i} | {r['open_s']:.2f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['pre_encoded_p50_ms']:.1f} | "
+              f"{r['encode_p50_ms']:.1f} | {r['p50_ms'] / r['encode_p50_ms']:.2f}x | {r['p95_ms'] / r['p50_ms']:.2f}x | "
+              f"{r['peak_rss_mb']:.0f} |")
+    if args.out:
+        args.out.write_text(json.dumps(runs, indent=2))
+
+
 # -- the run ---------------------------------------------------------------------------------
 
 
@@ -612,6 +627,9 @@ def main() -> None:
     parser.add_argument("--show-progress", action="store_true")
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument("--report-from", type=Path, help="print the report of a results JSON written by --out, run nothing")
+    parser.add_argument("--ask-again", type=int, metavar="N",
+                        help="with --path of a store an earlier run kept, only ask: N fresh processes each open it and "
+                             "ask the probe memory --queries questions (timings vary between processes)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -624,6 +642,9 @@ def main() -> None:
         reopen_child(args)
         return
 
+    if args.ask_again is not None:
+        ask_again(args)
+        return
     tmp = None
     if args.path is None:
         tmp = tempfile.mkdtemp(prefix="vmem-scale-")
