@@ -259,7 +259,7 @@ def raw_search(index: VMemIndex, queries: Sequence[VMemQueryBundle], n: int = 50
     from llama_index_vmem import schema
     from llama_index_vmem.store.edge import _filter
 
-    vectors = [index.encode_query_text(q.query_str) for q in queries[:n]]
+    vectors = index.encode_query_texts([q.query_str for q in queries[:n]])
     shard = index.store._shards[Collection.TEXT]
     flt = _filter(index.scope())
 

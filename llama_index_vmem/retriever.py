@@ -234,8 +234,9 @@ class VMemRetriever(BaseRetriever):
         carry read them (so building the returned rounds does not read them again)."""
         pool = max(plan.config.candidate_pool, plan.k)  # a widened k (aggregation) gets enough candidates
         key = round_of if plan.round_level else unit_of
-        self._index.encode_query_texts([anchors[s.anchor].text for s in plan.signals if embeds_text(s, anchors[s.anchor])])
-        found = {s.name: self._search(s, anchors[s.anchor], eligible, pool) for s in plan.signals}
+        texts = list(dict.fromkeys(anchors[s.anchor].text for s in plan.signals if embeds_text(s, anchors[s.anchor])))
+        dense = dict(zip(texts, self._index.encode_query_texts(texts), strict=True))
+        found = {s.name: self._search(s, anchors[s.anchor], eligible, pool, dense) for s in plan.signals}
         rankings = {name: rank_rounds(hits, key) for name, hits in found.items()}
         fused = rrf(rankings, plan.config.rrf_kappa, key, plan.tie_break)
         note_pool_units(fused, found, key)
@@ -300,7 +301,7 @@ class VMemRetriever(BaseRetriever):
         "What is this animal's name?" with a photo of the cat names no cat: with these words the
         text searches find the rounds about the cat, and the reply context the round naming her."""
         visual = next((s for s in plan.signals if s.is_visual), None)
-        best = self._search(visual, AnchorValue(str(query.image_path), "attached image"), None, 1) if visual else []
+        best = self._search(visual, AnchorValue(str(query.image_path), "attached image"), None, 1, {}) if visual else []
         if not best:
             return None
         picture = best[0].payload
@@ -365,7 +366,9 @@ class VMemRetriever(BaseRetriever):
         return self._index.scope(round_ids=round_ids, session_ids=f.session_ids, excluded_session_ids=f.excluded_session_ids,
                                  time_range=f.time_range)
 
-    def _search(self, signal: Signal, anchor: AnchorValue, eligible: Optional[Set[str]], pool: int) -> List[Hit]:
+    def _search(self, signal: Signal, anchor: AnchorValue, eligible: Optional[Set[str]], pool: int,
+                dense: Mapping[str, List[float]]) -> List[Hit]:
+        """One signal's candidates; ``dense``: the embedding of each anchor text a dense signal searches with."""
         index = self._index
         if signal.vector == schema.VISUAL:
             vector: Any = index.encode_query_image(anchor.text)
@@ -375,10 +378,10 @@ class VMemRetriever(BaseRetriever):
             return []  # a memory built without reply contexts has no such vectors
         elif signal.vector in (schema.TEXT_SPARSE, schema.TEXT_CONTEXT_SPARSE):
             vector = index.bm25.query(anchor.text)
-        elif embeds_text(signal, anchor):
-            vector = index.encode_query_text(anchor.text)
-        else:
+        elif anchor.embedding is not None:
             vector = list(anchor.embedding)
+        else:
+            vector = dense[anchor.text]
         scope = self._filtered(tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None)
         if signal.vector == schema.VISUAL and index.region_tiles:  # the query image against every stored region
             return index.store.search(signal.collection, schema.VISUAL_REGIONS, [vector], scope, pool)

@@ -16,9 +16,9 @@ import logging
 import os
 import tempfile
 import threading
+from collections import OrderedDict
 from dataclasses import replace
 from datetime import date
-from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
@@ -558,9 +558,6 @@ class RoundMemory:
             while len(self._query_vectors) > QUERY_CACHE_SIZE:
                 self._query_vectors.popitem(last=False)
         return [list(found[t]) for t in texts]
-
-    def encode_query_text(self, text: str) -> List[float]:
-        return self.encode_query_texts([text])[0]
 
     def clear_query_cache(self) -> None:
         with self._query_lock:

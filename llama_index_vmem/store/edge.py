@@ -4,8 +4,8 @@ A shard directory is locked by the process that opens it, so ``open_edge_store``
 memory and handle of a process the same open store and closes it with the last one.
 
 A store keeps its vectors and indexes on disk, read through the OS page cache, unless made with
-``in_ram=True``: a question reads one memory's few pages, so a million rounds open in about 3 s
-in about 1 GB (``benchmarks/scale.py``). Edge optimizes only when asked, so each
+``in_ram=True``: a question reads one memory's few pages, so a million rounds open in about 2 s
+in about 1 GB besides the encoder (``benchmarks/scale.py``). Edge optimizes only when asked, so each
 write asks: merging new points into on-disk segments is then a small step each time, and nothing
 piles up in RAM.
 """
