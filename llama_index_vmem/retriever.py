@@ -35,7 +35,7 @@ from .fusion import Fused, carry_forward, note_pool_units, rank_rounds, round_of
 from .filters import read_filters
 from .models import as_llm
 from .router import Anchor, ModalityRouter, RoutePlan, Signal
-from .store.base import Collection, Hit, Scope
+from .store.base import Collection, Hit, Scope, Search
 
 if TYPE_CHECKING:
     from .round_memory import RoundMemory
@@ -234,9 +234,7 @@ class VMemRetriever(BaseRetriever):
         carry read them (so building the returned rounds does not read them again)."""
         pool = max(plan.config.candidate_pool, plan.k)  # a widened k (aggregation) gets enough candidates
         key = round_of if plan.round_level else unit_of
-        texts = list(dict.fromkeys(anchors[s.anchor].text for s in plan.signals if embeds_text(s, anchors[s.anchor])))
-        dense = dict(zip(texts, self._index.encode_query_texts(texts), strict=True))
-        found = {s.name: self._search(s, anchors[s.anchor], eligible, pool, dense) for s in plan.signals}
+        found = self._search_all(plan, anchors, eligible, pool)
         rankings = {name: rank_rounds(hits, key) for name, hits in found.items()}
         fused = rrf(rankings, plan.config.rrf_kappa, key, plan.tie_break)
         note_pool_units(fused, found, key)
@@ -301,7 +299,8 @@ class VMemRetriever(BaseRetriever):
         "What is this animal's name?" with a photo of the cat names no cat: with these words the
         text searches find the rounds about the cat, and the reply context the round naming her."""
         visual = next((s for s in plan.signals if s.is_visual), None)
-        best = self._search(visual, AnchorValue(str(query.image_path), "attached image"), None, 1, {}) if visual else []
+        search = self._search(visual, AnchorValue(str(query.image_path), "attached image"), None, 1) if visual else None
+        best = self._index.store.search_many([search])[0] if search is not None else []
         if not best:
             return None
         picture = best[0].payload
@@ -366,26 +365,40 @@ class VMemRetriever(BaseRetriever):
         return self._index.scope(round_ids=round_ids, session_ids=f.session_ids, excluded_session_ids=f.excluded_session_ids,
                                  time_range=f.time_range)
 
+    def _search_all(self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], eligible: Optional[Set[str]],
+                    pool: int) -> Dict[str, List[Hit]]:
+        """Every signal's candidates, by signal name: the question's words encoded in one pass, then
+        its searches asked of the store together (one request per lane)."""
+        texts = list(dict.fromkeys(anchors[s.anchor].text for s in plan.signals if embeds_text(s, anchors[s.anchor])))
+        dense = dict(zip(texts, self._index.encode_query_texts(texts), strict=True))
+        searches = {s.name: self._search(s, anchors[s.anchor], eligible, pool, dense.get(anchors[s.anchor].text))
+                    for s in plan.signals}
+        asked = {name: search for name, search in searches.items() if search is not None}
+        found: Dict[str, List[Hit]] = {name: [] for name in searches}
+        found.update(zip(asked, self._index.store.search_many(list(asked.values())), strict=True))
+        return found
+
     def _search(self, signal: Signal, anchor: AnchorValue, eligible: Optional[Set[str]], pool: int,
-                dense: Mapping[str, List[float]]) -> List[Hit]:
-        """One signal's candidates; ``dense``: the embedding of each anchor text a dense signal searches with."""
+                embedding: Optional[List[float]] = None) -> Optional[Search]:
+        """What one signal asks the store (None: it has nothing to search with); ``embedding``: the
+        anchor's words encoded, for a signal that ``embeds_text``."""
         index = self._index
         if signal.vector == schema.VISUAL:
             vector: Any = index.encode_query_image(anchor.text)
         elif not schema.visible(anchor.text):  # an image asked about in no words: its text would rank at random
-            return []
+            return None
         elif signal.vector == schema.TEXT_CONTEXT_SPARSE and not index.build_options["reply_context"]:
-            return []  # a memory built without reply contexts has no such vectors
+            return None  # a memory built without reply contexts has no such vectors
         elif signal.vector in (schema.TEXT_SPARSE, schema.TEXT_CONTEXT_SPARSE):
             vector = index.bm25.query(anchor.text)
         elif anchor.embedding is not None:
             vector = list(anchor.embedding)
         else:
-            vector = dense[anchor.text]
+            vector = embedding
         scope = self._filtered(tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None)
         if signal.vector == schema.VISUAL and index.region_tiles:  # the query image against every stored region
-            return index.store.search(signal.collection, schema.VISUAL_REGIONS, [vector], scope, pool)
-        return index.store.search(signal.collection, signal.vector, vector, scope, pool)
+            return Search(signal.collection, schema.VISUAL_REGIONS, [vector], scope, pool)
+        return Search(signal.collection, signal.vector, vector, scope, pool)
 
     def _nodes(self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], top: List[Fused],
                payloads: Mapping[str, Mapping[str, Any]], fallback: bool) -> List[NodeWithScore]:

@@ -12,6 +12,7 @@ import json
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import List
 
@@ -20,7 +21,7 @@ import pytest
 from llama_index_vmem import schema
 from llama_index_vmem.encoders.bm25 import Sparse
 from llama_index_vmem.store import Collection
-from llama_index_vmem.store.base import Hit, LaneDims, PointData, Scope
+from llama_index_vmem.store.base import Hit, LaneDims, PointData, Scope, Search
 from llama_index_vmem.store.edge import EdgeLaneStore
 
 from conftest import BENCH_DATA
@@ -37,11 +38,13 @@ class OtherProcessStore(EdgeLaneStore):
         super().__init__(path)
         self.rng = random.Random(seed)
 
-    def _query(self, collection: Collection, using: str, vector, scope: Scope, limit: int) -> List[Hit]:
-        hits = [Hit(h.id, h.score * (1 + self.rng.uniform(-1e-7, 1e-7)), h.payload)
-                for h in super()._query(collection, using, vector, scope, 10**6)]
-        self.rng.shuffle(hits)
-        return sorted(hits, key=lambda h: -h.score)[:limit]
+    def _query_batch(self, collection: Collection, requests) -> List[List[Hit]]:
+        out = []
+        for hits, (_, limit) in zip(super()._query_batch(collection, [(s, 10**6) for s, _ in requests]), requests):
+            hits = [Hit(h.id, h.score * (1 + self.rng.uniform(-1e-7, 1e-7)), h.payload) for h in hits]
+            self.rng.shuffle(hits)
+            out.append(sorted(hits, key=lambda h: -h.score)[:limit])
+        return out
 
 
 def _point(seq: int, weight: float) -> PointData:
@@ -50,15 +53,19 @@ def _point(seq: int, weight: float) -> PointData:
 
 
 def test_a_tie_at_the_limit_is_filled_in_conversation_order_whatever_the_store_picks(tmp_path):
+    """Alone, or in a batch of searches whose ties need fetching past their limits by different amounts."""
     weights = [2.0] * 3 + [1.0] * 30  # three clear winners, then thirty equal scores across the cut
     found = []
     for seed in range(5):
         store = OtherProcessStore(tmp_path / str(seed), seed)
         store.ensure_collections(LaneDims(text=4, visual=4), {})
         store.upsert(Collection.TEXT, [_point(seq, w) for seq, w in enumerate(weights)])
-        found.append([h.payload[schema.SEQ] for h in store.search(Collection.TEXT, schema.TEXT_SPARSE, Sparse((7,), (1.0,)), SCOPE, 20)])
+        tie = Search(Collection.TEXT, schema.TEXT_SPARSE, Sparse((7,), (1.0,)), SCOPE, 20)
+        dense = Search(Collection.TEXT, schema.TEXT_DENSE, [1.0, 0.0, 0.0, 0.0], SCOPE, 4)  # every point ties
+        together = store.search_many([tie, replace(tie, limit=5), dense])
+        found.append([[h.payload[schema.SEQ] for h in hits] for hits in [store.search(**vars(tie)), *together]])
         store.close()
-    assert found == [list(range(20))] * 5
+    assert found == [[list(range(20)), list(range(20)), list(range(5)), list(range(4))]] * 5
 
 
 _BM25_RANKINGS = """

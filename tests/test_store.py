@@ -787,6 +787,25 @@ def test_reads_cover_every_page_of_a_scope(make_index, photos, monkeypatch):
     assert len(index.store.points(Collection.TEXT, index.scope())) == 8, "user and assistant span of 4 rounds: 3 pages"
 
 
+def test_a_questions_searches_of_one_lane_are_asked_in_one_request(make_index, photos, monkeypatch):
+    """Its searches of the text lane (by meaning, by words, by words after the exchange before) go as
+    one request, and find what they find asked one at a time."""
+    index = make_index(reply_context=True)
+    index.add_rounds(_rounds(photos))
+    store, batches = index.store, []
+    batch = type(store)._query_batch
+    monkeypatch.setattr(store, "_query_batch", lambda c, requests: batches.append((c, {s.using for s, _ in requests}))
+                        or batch(store, c, requests))
+    question = VMemQueryBundle("What is my cat called?")
+    together = [(n.node.node_id, n.score) for n in index.as_retriever().retrieve(question)]
+    assert batches == [(Collection.TEXT, {schema.TEXT_DENSE, schema.TEXT_SPARSE, schema.TEXT_CONTEXT_SPARSE})]
+    one_by_one = type(store).search_many
+    monkeypatch.setattr(store, "search_many", lambda searches: [one_by_one(store, [s])[0] for s in searches])
+    batches.clear()
+    assert [(n.node.node_id, n.score) for n in index.as_retriever().retrieve(question)] == together
+    assert len(batches) == 3
+
+
 def test_a_scroll_for_some_keys_reads_only_those_in_conversation_order(make_index, photos):
     """Opening a memory reads the timestamps of the points an older version stored without their time;
     whole payloads (texts and all) would be most of that cost, so a scroll can ask for the keys it needs."""

@@ -189,6 +189,17 @@ SPARSE_VECTORS: Dict[Collection, Tuple[str, ...]] = {
 
 
 @dataclass(frozen=True)
+class Search:
+    """One nearest-points search: ``vector`` against the collection's ``using`` vectors, in ``scope``."""
+
+    collection: Collection
+    using: str
+    vector: Vector
+    scope: Scope
+    limit: int
+
+
+@dataclass(frozen=True)
 class LaneDims:
     """Vector layout fixed when the collections are created."""
 
@@ -215,22 +226,41 @@ class LaneStore(abc.ABC):
 
     def search(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
         """The ``limit`` best points in scope, ``ranked``: the same points in the same order in any
-        process. Which of several tied points fills the last places is Qdrant's choice, so the
-        search reaches past the limit until the tie at the cut is whole."""
-        if scope.is_empty or (isinstance(vector, Sparse) and not vector):
-            return []
-        fetch = limit + TIE_MARGIN
-        while True:
-            hits = self._query(collection, using, vector, scope, fetch)
-            groups = _tie_groups(hits)
-            last_tie = groups[-1] if groups else []
-            if len(hits) < fetch or len(hits) - len(last_tie) >= limit:  # all in scope, or the last tie lies past the cut
-                return _in_order(groups)[:limit]
-            fetch *= 2
+        process."""
+        return self.search_many([Search(collection, using, vector, scope, limit)])[0]
+
+    def search_many(self, searches: Sequence[Search]) -> List[List[Hit]]:
+        """Each search's hits, as ``search`` gives them, asked of the backend together: a question's
+        searches of one collection are one request (on Qdrant Edge, one planned batch). Which of several
+        tied points fills the last places is Qdrant's choice, so a search reaches past its limit until
+        the tie at the cut is whole."""
+        found: List[List[Hit]] = [[] for _ in searches]
+        fetch = {i: s.limit + TIE_MARGIN for i, s in enumerate(searches)
+                 if not (s.scope.is_empty or (isinstance(s.vector, Sparse) and not s.vector))}
+        while fetch:
+            more: Dict[int, int] = {}
+            for (i, limit), hits in zip(fetch.items(), self._query_many([(searches[i], n) for i, n in fetch.items()]), strict=True):
+                groups = _tie_groups(hits)
+                last_tie = groups[-1] if groups else []
+                if len(hits) < limit or len(hits) - len(last_tie) >= searches[i].limit:  # all in scope, or the last tie lies past the cut
+                    found[i] = _in_order(groups)[:searches[i].limit]
+                else:
+                    more[i] = limit * 2
+            fetch = more
+        return found
+
+    def _query_many(self, requests: Sequence[Tuple[Search, int]]) -> List[List[Hit]]:
+        found: List[List[Hit]] = [[] for _ in requests]
+        for collection in dict.fromkeys(s.collection for s, _ in requests):
+            at = [i for i, (s, _) in enumerate(requests) if s.collection is collection]
+            for i, hits in zip(at, self._query_batch(collection, [requests[i] for i in at]), strict=True):
+                found[i] = hits
+        return found
 
     @abc.abstractmethod
-    def _query(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
-        """At most ``limit`` of the best points in scope, in any order (``scope`` is not empty)."""
+    def _query_batch(self, collection: Collection, requests: Sequence[Tuple[Search, int]]) -> List[List[Hit]]:
+        """For each ``(search, limit)`` of ``collection``, at most ``limit`` of its best points in scope,
+        in any order, asked in one request (no scope is empty, no sparse vector empty)."""
 
     def scroll(self, collection: Collection, scope: Scope, limit: Optional[int] = None,
                keys: Optional[Sequence[str]] = None) -> List[Hit]:

@@ -19,7 +19,8 @@ from qdrant_client.qdrant_remote import QdrantRemote
 from .. import schema
 from ..encoders import encoder_differences, same_encoders
 from ..encoders.bm25 import Sparse
-from .base import MAX_MEMORIES, SPARSE_VECTORS, Collection, Hit, LaneDims, LaneStore, PointData, Scope, Vector, conditions, present
+from .base import (MAX_MEMORIES, SPARSE_VECTORS, Collection, Hit, LaneDims, LaneStore, PointData, Scope, Search, Vector, conditions,
+                   present)
 
 #: Points per upsert request. A server refuses requests over its size limit (32 MB by default);
 #: an image point with region tiles is about 160 kB as JSON, so 64 of them stay well under it.
@@ -109,12 +110,12 @@ class ServerLaneStore(LaneStore):
         for batch in _batches(points, self.batch_size, REQUEST_BYTES):
             self.client.upsert(self.name(collection), points=[_point(p) for p in batch], wait=True)
 
-    def _query(self, collection: Collection, using: str, vector: Vector, scope: Scope, limit: int) -> List[Hit]:
-        result = self.client.query_points(
-            self.name(collection), query=_vector(vector), using=using, query_filter=_filter(scope),
-            limit=limit, with_payload=True,
-        )
-        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
+    def _query_batch(self, collection: Collection, requests: Sequence[Tuple[Search, int]]) -> List[List[Hit]]:
+        """A ``query_batch_points``: one round trip for a question's searches of the collection."""
+        batch = [models.QueryRequest(query=_vector(s.vector), using=s.using, filter=_filter(s.scope), limit=limit, with_payload=True)
+                 for s, limit in requests]
+        found = self.client.query_batch_points(self.name(collection), requests=batch)
+        return [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points] for result in found]
 
     def _page(self, collection: Collection, scope: Scope, with_vectors: bool, payload: Union[bool, List[str]], offset: Any,
               limit: int) -> Tuple[List[Any], Any]:
