@@ -239,17 +239,18 @@ class LaneStore(abc.ABC):
                  if not (s.scope.is_empty or (isinstance(s.vector, Sparse) and not s.vector))}
         while fetch:
             more: Dict[int, int] = {}
-            for (i, limit), hits in zip(fetch.items(), self._query_many([(searches[i], n) for i, n in fetch.items()]), strict=True):
+            for (i, asked), hits in zip(fetch.items(), self._query_many([(searches[i], n) for i, n in fetch.items()]), strict=True):
                 groups = _tie_groups(hits)
                 last_tie = groups[-1] if groups else []
-                if len(hits) < limit or len(hits) - len(last_tie) >= searches[i].limit:  # all in scope, or the last tie lies past the cut
+                if len(hits) < asked or len(hits) - len(last_tie) >= searches[i].limit:  # all in scope, or the last tie lies past the cut
                     found[i] = _in_order(groups)[:searches[i].limit]
                 else:
-                    more[i] = limit * 2
+                    more[i] = asked * 2
             fetch = more
         return found
 
     def _query_many(self, requests: Sequence[Tuple[Search, int]]) -> List[List[Hit]]:
+        """Each request's points, in the order asked: one ``_query_batch`` per collection."""
         found: List[List[Hit]] = [[] for _ in requests]
         for collection in dict.fromkeys(s.collection for s, _ in requests):
             at = [i for i, (s, _) in enumerate(requests) if s.collection is collection]
