@@ -40,7 +40,7 @@ cores, and a MiniLM query encoding then takes ~500 ms (and ~500 ms of CPU) inste
 the scheduler; the footer says which policy ran.
 
 Run from the repository root (about 5-10 min on 2 cores for the default size; a million rounds
-across 10,000 memories took 34 min)::
+across 10,000 memories took 24 min)::
 
     OMP_WAIT_POLICY=PASSIVE nice -n 10 python benchmarks/scale.py [--rounds 100000] [--memories 1000] \
         [--checkpoints 10000,50000,100000] [--queries 200] [--path DIR] [--out scale.json] [--show-progress] [--in-ram]
