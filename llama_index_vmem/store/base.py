@@ -178,6 +178,11 @@ class Hit:
     score: float
     payload: Dict[str, Any]
 
+    @staticmethod
+    def of(point: Any) -> "Hit":
+        """Either backend's scored point, or its record (read, not scored: score 0)."""
+        return Hit(str(point.id), float(getattr(point, "score", 0.0)), dict(point.payload or {}))
+
 
 #: The sparse (BM25) vectors each collection's points may carry: every lane its units' words, the
 #: text lane also each unit read after the exchange before it.
@@ -272,7 +277,7 @@ class LaneStore(abc.ABC):
             records = self._rounds_by_id(scope, payload)
         else:
             records = self.records(collection, scope, False, payload)
-        hits = [Hit(str(r.id), 0.0, dict(r.payload or {})) for r in records]
+        hits = [Hit.of(r) for r in records]
         hits.sort(key=_conversation_order)
         return hits[:limit] if limit is not None else hits
 

@@ -220,7 +220,7 @@ class EdgeLaneStore(LaneStore):
     def _query_batch(self, collection: Collection, requests: Sequence[Tuple[Search, int]]) -> List[List[Hit]]:
         """A ``query_batch``: its searches share one pass over the segments."""
         found = self._shards[collection].query_batch(qe.QueryBatchRequest([_request(*r) for r in requests]))
-        return [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points] for points in found]
+        return [[Hit.of(p) for p in points] for points in found]
 
     def _page(self, collection: Collection, scope: Scope, with_vectors: bool, payload: Union[bool, List[str]], offset: Any,
               limit: int) -> Tuple[List[Any], Any]:
@@ -241,7 +241,7 @@ class EdgeLaneStore(LaneStore):
             qe.ScrollRequest(limit=1, filter=_filter(scope), with_payload=True,
                              order_by=qe.OrderBy(schema.SEQ, qe.Direction.Desc))
         )
-        return Hit(str(records[0].id), 0.0, dict(records[0].payload or {})) if records else None
+        return Hit.of(records[0]) if records else None
 
     def first_round_ids(self, scope: Scope, limit: int) -> List[str]:
         if scope.is_empty:

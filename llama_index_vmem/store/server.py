@@ -115,7 +115,7 @@ class ServerLaneStore(LaneStore):
         batch = [models.QueryRequest(query=_vector(s.vector), using=s.using, filter=_filter(s.scope), limit=limit, with_payload=True)
                  for s, limit in requests]
         found = self.client.query_batch_points(self.name(collection), requests=batch)
-        return [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points] for result in found]
+        return [[Hit.of(p) for p in result.points] for result in found]
 
     def _page(self, collection: Collection, scope: Scope, with_vectors: bool, payload: Union[bool, List[str]], offset: Any,
               limit: int) -> Tuple[List[Any], Any]:
@@ -135,7 +135,7 @@ class ServerLaneStore(LaneStore):
             self.name(Collection.ROUNDS), scroll_filter=_filter(scope), limit=1, with_payload=True,
             order_by=models.OrderBy(key=schema.SEQ, direction=models.Direction.DESC),
         )
-        return Hit(str(records[0].id), 0.0, dict(records[0].payload or {})) if records else None
+        return Hit.of(records[0]) if records else None
 
     def first_round_ids(self, scope: Scope, limit: int) -> List[str]:
         if scope.is_empty:
