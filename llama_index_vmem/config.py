@@ -65,6 +65,15 @@ class VMemConfig:
     #: Raise ``VMemAnchorError`` when the anchor LLM fails, times out or answers nothing usable,
     #: instead of searching without it.
     strict_anchors: bool = False
+    #: Who the memory's user and assistant are, as questions name them ("Caroline", "Melanie"; a name
+    #: of several words is also known by its first). A question for words that names one of them and
+    #: not the other searches that speaker's own words (their spans, with the captions of the pictures
+    #: they shared, and the user's voice notes) by BM25: "What has Melanie painted?" is answered by
+    #: what Melanie said, not by her friend's painting. The search by meaning still reads every span,
+    #: so an answer to the other's question is still found, and a picture asked for is still known by
+    #: what either said of it. Names match whole words, with their case. "" names no one.
+    user_name: str = ""
+    assistant_name: str = ""
 
     def __post_init__(self) -> None:
         """Refuse, when the config is made, values retrieval would fail on or misread later (a
@@ -75,6 +84,8 @@ class VMemConfig:
                 raise VMemInputError(f"config {f.name}", f"must be True or False, got {value!r}")
             if f.type == "int" and (type(value) is not int or not _LEAST.get(f.name, 0) <= value <= MAX_LIMIT):  # counts the store is asked for
                 raise VMemInputError(f"config {f.name}", f"must be a whole number from {_LEAST.get(f.name, 0)} to {MAX_LIMIT}, got {value!r}")
+            if f.type == "str" and not isinstance(value, str):
+                raise VMemInputError(f"config {f.name}", f"must be text, got {value!r}")
             if f.type == "float" and (type(value) not in (int, float) or not math.isfinite(value) or value < _LEAST.get(f.name, 0)):
                 raise VMemInputError(f"config {f.name}", f"must be a number of at least {_LEAST.get(f.name, 0)}, got {value!r}")
 

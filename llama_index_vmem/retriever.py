@@ -359,11 +359,12 @@ class VMemRetriever(BaseRetriever):
         image_rounds = neighbours.round_payloads(self._index, {h.payload[schema.ROUND_ID] for h in image_units})
         return neighbours.within(self._index, image_rounds, plan.image_filter_window)
 
-    def _filtered(self, round_ids: Optional[Tuple[str, ...]] = None) -> Scope:
-        """This memory's points that pass the filter: in its sessions and its time range."""
+    def _filtered(self, round_ids: Optional[Tuple[str, ...]] = None, roles: Optional[Tuple[str, ...]] = None) -> Scope:
+        """This memory's points that pass the filter: in its sessions and its time range (and, with
+        ``roles``, spoken in one of them)."""
         f = self.filter
         return self._index.scope(round_ids=round_ids, session_ids=f.session_ids, excluded_session_ids=f.excluded_session_ids,
-                                 time_range=f.time_range)
+                                 time_range=f.time_range, roles=roles)
 
     def _search_all(self, plan: RoutePlan, anchors: Dict[Anchor, AnchorValue], eligible: Optional[Set[str]],
                     pool: int) -> Dict[str, List[Hit]]:
@@ -395,7 +396,8 @@ class VMemRetriever(BaseRetriever):
             vector = list(anchor.embedding)
         else:
             vector = embedding
-        scope = self._filtered(tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None)
+        scope = self._filtered(tuple(sorted(eligible)) if eligible is not None and signal.collection is Collection.TEXT else None,
+                               signal.roles)
         if signal.vector == schema.VISUAL and index.region_tiles:  # the query image against every stored region
             return Search(signal.collection, schema.VISUAL_REGIONS, [vector], scope, pool)
         return Search(signal.collection, signal.vector, vector, scope, pool)

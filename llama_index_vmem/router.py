@@ -77,6 +77,8 @@ class Signal:
     collection: Collection
     vector: str
     anchor: Anchor
+    #: Only units spoken in these roles (``schema.Role`` values) are searched; None: every unit.
+    roles: Optional[Tuple[str, ...]] = None
 
     @property
     def is_visual(self) -> bool:
@@ -124,15 +126,19 @@ class RoutePlan:
         return tuple(dict.fromkeys(s.anchor for s in self.signals))
 
 
-def _text_signals(anchor: Anchor, replies: bool) -> Tuple[Signal, ...]:
+def _text_signals(anchor: Anchor, replies: bool, roles: Optional[Tuple[str, ...]] = None) -> Tuple[Signal, ...]:
     """Text units by meaning, by their words, and, with ``replies``, by their words read after the
     exchange before them: a reply found by what it answers (searched where the memory was built with
     ``reply_context``). A question for words wants replies; a picture asked for is found by what was
-    said with it and its caption, and a unit returned bare (the unit-level ablation) by its own words."""
-    context = (Signal("text_context_bm25", Collection.TEXT, schema.TEXT_CONTEXT_SPARSE, anchor),) if replies else ()
+    said with it and its caption, and a unit returned bare (the unit-level ablation) by its own words.
+
+    ``roles``: the speaker a question for words names (``named_speaker``). Only the word searches
+    keep to their units: the words say whose fact it is, while the search by meaning still finds the
+    round where the other asked and the speaker answered (see docs/configuration.md)."""
+    context = (Signal("text_context_bm25", Collection.TEXT, schema.TEXT_CONTEXT_SPARSE, anchor, roles),) if replies else ()
     return (
         Signal("text_dense", Collection.TEXT, schema.TEXT_DENSE, anchor),
-        Signal("text_bm25", Collection.TEXT, schema.TEXT_SPARSE, anchor),
+        Signal("text_bm25", Collection.TEXT, schema.TEXT_SPARSE, anchor, roles),
     ) + context
 
 
@@ -151,6 +157,21 @@ def _visual_signals(has_pixels: bool) -> Tuple[Signal, ...]:
         Signal("visual_by_caption_dense", Collection.IMAGE, schema.TEXT_DENSE, Anchor.QUERY_IMAGE_CAPTION),
         Signal("visual_by_caption_bm25", Collection.IMAGE, schema.TEXT_SPARSE, Anchor.QUERY_IMAGE_CAPTION),
     )
+
+
+#: The roles a speaker's units are stored under: a voice note is the user's.
+SPEAKER_ROLES = {schema.Role.USER: (schema.Role.USER.value, schema.Role.AUDIO.value),
+                 schema.Role.ASSISTANT: (schema.Role.ASSISTANT.value,)}
+
+
+def named_speaker(question: str, config: VMemConfig) -> Optional[Tuple[str, schema.Role]]:
+    """The one speaker of the memory (``config.user_name``, ``config.assistant_name``) the question
+    names, as ``(name, role)``; None where it names neither, or both. A name matches as a whole word
+    with its case, or by its first word ("Elias" for "Elias Vance"): "Will" the user is not "will"."""
+    named = [(name, role) for name, role in ((config.user_name, schema.Role.USER), (config.assistant_name, schema.Role.ASSISTANT))
+             if schema.visible(name) and any(re.search(rf"(?<!\w){re.escape(form)}(?!\w)", question)
+                                              for form in dict.fromkeys((name.strip(), name.split()[0])))]
+    return named[0] if len(named) == 1 else None
 
 
 class ModalityRouter:
@@ -181,12 +202,16 @@ class ModalityRouter:
             reasons.append("routing off (ablation): every signal, raw query, no filter or aggregation")
             aggregation = wants_image = counting = False
         replies = config.round_level and not wants_image  # a question for words, answered by whole rounds
+        speaker = named_speaker(question, config) if config.routing and not wants_image else None
+        roles = SPEAKER_ROLES[speaker[1]] if speaker else None
+        if speaker:
+            reasons.append(f"names {speaker[0]} ({speaker[1].value}): the word searches keep to {speaker[0]}'s own units")
         if has_image and wants_image:
             case = Case.IMAGE_TEXT_TO_IMAGE
             signals = _visual_signals(has_pixels)
         elif has_image:
             case = Case.IMAGE_TEXT_TO_TEXT
-            signals = _visual_signals(has_pixels) + _text_signals(enriched, replies)
+            signals = _visual_signals(has_pixels) + _text_signals(enriched, replies, roles)
         elif wants_image:
             case = Case.TEXT_TO_IMAGE
             gate = counting and config.hypo_caption_counting_gate
@@ -195,7 +220,7 @@ class ModalityRouter:
             signals = _text_signals(Anchor.QUERY, replies) + _caption_signals(Anchor.QUERY if gate else hypo)
         else:
             case = Case.TEXT_TO_TEXT
-            signals = _text_signals(Anchor.QUERY, replies)
+            signals = _text_signals(Anchor.QUERY, replies, roles)
         if not config.routing:
             signals = _text_signals(Anchor.QUERY, replies) + _caption_signals(Anchor.QUERY) + (_visual_signals(has_pixels) if has_image else ())
         follow_up_weight = config.follow_up_weight if case is Case.TEXT_TO_TEXT and config.round_level else 0.0

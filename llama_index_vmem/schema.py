@@ -53,7 +53,7 @@ PREV_ROUND_ID = "prev_round_id"
 CONTENT_HASH = "content_hash"
 
 #: Keys that get a payload index in every collection (tenant key first).
-INDEXED_KEYWORDS = (MEMORY_ID, ROUND_ID, SESSION_ID, PREV_ROUND_ID, IMAGE_ID, CONTENT_HASH)
+INDEXED_KEYWORDS = (MEMORY_ID, ROUND_ID, SESSION_ID, PREV_ROUND_ID, IMAGE_ID, CONTENT_HASH, ROLE)
 INDEXED_INTEGERS = (SEQ, TIME)
 
 # Named vectors.

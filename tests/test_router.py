@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from llama_index_vmem import Case, KeywordRules, ModalityRouter, VMemConfig, VMemQueryBundle
+from llama_index_vmem import Case, KeywordRules, ModalityRouter, VMemConfig, VMemInputError, VMemQueryBundle
 from llama_index_vmem.router import Anchor
 
 ROUTER = ModalityRouter()
@@ -143,3 +143,42 @@ def test_a_text_target_at_round_level_lets_an_answer_carry_from_the_question_bef
 ])
 def test_the_asks_rule_reads_how_a_stored_round_ends(text, asks):
     assert bool(KeywordRules().asks.search(text)) is asks
+
+
+SPEAKERS = VMemConfig(user_name="Caroline Ortiz", assistant_name="Melanie")
+
+
+@pytest.mark.parametrize("question, roles", [
+    ("What has Melanie painted?", ("assistant",)),
+    ("Where did Melanie's kids camp?", ("assistant",)),
+    ("What did Caroline research?", ("user", "audio")),  # a name of several words is known by its first too
+    ("What did Caroline Ortiz research?", ("user", "audio")),
+    ("What did Caroline tell Melanie about the parade?", None),  # both named: whose fact is it?
+    ("What did I paint last week?", None),
+    ("What did melanie paint?", None),  # a name keeps its case: "Will" the user is not "will"
+    ("What did Melanies paint?", None),  # whole words only
+])
+def test_a_question_naming_one_speaker_keeps_the_word_searches_to_their_units(question, roles):
+    plan = ROUTER.route(VMemQueryBundle(question), SPEAKERS)
+    assert {s.name: s.roles for s in plan.signals} == {"text_dense": None, "text_bm25": roles, "text_context_bm25": roles}
+    assert any("the word searches keep to" in r for r in plan.reasons) is (roles is not None)
+
+
+def test_only_a_question_for_words_keeps_to_the_speaker_it_names():
+    """A picture asked for is known by what either speaker said of it and by its caption; a question
+    about an attached picture asks for words."""
+    pictures = ROUTER.route(VMemQueryBundle("How many photos of the beach did Melanie share?"), SPEAKERS)
+    assert pictures.case is Case.TEXT_TO_IMAGE and all(s.roles is None for s in pictures.signals)
+    with_photo = ROUTER.route(VMemQueryBundle("What did Melanie call this?", image_path="x.png"), SPEAKERS)
+    assert [s.roles for s in with_photo.signals] == [None, None, ("assistant",), ("assistant",)]
+    off = ROUTER.route(VMemQueryBundle("What has Melanie painted?"), SPEAKERS.override(routing=False))
+    assert all(s.roles is None for s in off.signals)
+    assert all(s.roles is None for s in ROUTER.route(VMemQueryBundle("What has Melanie painted?"), CONFIG).signals), \
+        "no names given, no one is named"
+
+
+def test_speaker_names_must_be_text():
+    with pytest.raises(VMemInputError, match="config user_name.*must be text"):
+        VMemConfig(user_name=3)
+    with pytest.raises(VMemInputError, match="config assistant_name"):
+        CONFIG.override(assistant_name=["Melanie"])

@@ -142,7 +142,9 @@ class BenchConversation:
     questions: List[BenchQuestion]
     #: Evidence ids that were malformed in the data (repaired or dropped), for the report.
     malformed_evidence: int = 0
-    speakers: Tuple[str, str] = ("user", "assistant")
+    #: The user's and the assistant's names, as the data gives them ("" where it gives none): V-Mem
+    #: is told them (``VMemConfig.user_name``, ``assistant_name``), as an app knows who is talking.
+    speakers: Tuple[str, str] = ("", "")
     #: Questions in the data that are not asked, counted by (reason, category), for the report.
     not_asked: Counter = field(default_factory=Counter)
 
@@ -244,8 +246,8 @@ def load_memgallery(path: Path, image_root: Optional[Path] = None) -> BenchConve
             answer=str(qa.get("answer", "")), image_path=_image_path(qa.get("question_image"), path, image_root),
             image_caption=qa.get("image_caption"),
         ))
-    name = data.get("character_profile", {}).get("name", "user")
-    conv = BenchConversation(path.stem, "memgallery", rounds, questions, malformed, speakers=(f"user ({name})", "assistant"))
+    name = data.get("character_profile", {}).get("name", "")
+    conv = BenchConversation(path.stem, "memgallery", rounds, questions, malformed, speakers=(name, ""))
     if conv.image_mode == MIXED:
         logger.warning("%s: %d images have no file and run as captions: %s", path.name, len(conv.image_modes[CAPTION]),
                        ", ".join(conv.image_modes[CAPTION]))

@@ -69,7 +69,8 @@ RUNGS = {
     "pool20": Rung(dict(_FULL, candidate_pool=20)),
     "no-reply-context": Rung(_FULL, (("reply_context", False),)),
     "no-answer-carry": Rung(dict(_FULL, answer_weight=0.0)),
-    "less-all": Rung(dict(_FULL, candidate_pool=20, answer_weight=0.0),
+    "no-speakers": Rung(dict(_FULL, user_name="", assistant_name="")),
+    "less-all": Rung(dict(_FULL, candidate_pool=20, answer_weight=0.0, user_name="", assistant_name=""),
                      (("bm25_b", 0.75), ("dated_units", False), ("reply_context", False))),
     "in-ram": Rung(_FULL, (("in_ram", True),)),
 }
@@ -259,7 +260,7 @@ class VMemBuild:
                 index.close()
                 raise SystemExit(f"conversation {conv.name}: {e}") from None
             self.indexes[conv.name] = index
-            self.retrievers[conv.name] = index.as_retriever()
+            self.retrievers[conv.name] = index.as_retriever(user_name=conv.speakers[0], assistant_name=conv.speakers[1])
             self.seconds += time.perf_counter() - start
         index = self.indexes[conv.name]
         return sum(index.store.count(c, index.scope()) for c in (Collection.TEXT, Collection.IMAGE))

@@ -50,6 +50,8 @@ class Scope:
     time_range: Optional[Tuple[int, int]] = None
     #: Only points without this key (or with it null): what a version before the key wrote.
     lacking: Optional[str] = None
+    #: Units spoken in one of these roles (``schema.Role`` values).
+    roles: Optional[Tuple[str, ...]] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.memory_id, str) or not self.memory_id:
@@ -103,6 +105,8 @@ def conditions(scope: Scope) -> List[Tuple[str, str, Any]]:
         out.append((schema.TIME, "range", (since, until - 1)))
     if scope.lacking is not None:
         out.append((scope.lacking, "empty", None))
+    if scope.roles is not None:
+        out.append((schema.ROLE, "any", list(scope.roles)))
     return out
 
 
