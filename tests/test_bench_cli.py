@@ -753,3 +753,22 @@ def test_a_folder_stands_for_its_json_files_in_name_order(tmp_path):
     (tmp_path / "notes.txt").write_text("not data")
     assert cli.data_files("locomo", [tmp_path]) == [tmp_path.resolve() / "a.json", tmp_path.resolve() / "b.json"]
     assert cli.data_files("locomo", [LOCOMO.parent]) == [LOCOMO]
+
+
+def test_vmem_is_told_the_speakers_the_data_names_and_the_no_speakers_rung_is_not(minilm):
+    """LoCoMo names both speakers, Mem-Gallery its user: V-Mem is told them, as an app knows who is talking."""
+    from llama_index_vmem.bench.data import load_locomo, load_memgallery
+    from llama_index_vmem.bench.systems import RUNGS, VMemBuild
+
+    locomo = load_locomo(DATA / "locomo" / "locomo_dev.json")[0]
+    gallery = load_memgallery(DIALOGS[0])
+    assert all(locomo.speakers) and gallery.speakers[0] and gallery.speakers[1] == ""
+    build = VMemBuild(minilm, None)
+    try:
+        for conv in (locomo, gallery):
+            build.build(conv)
+            config = build.retrievers[conv.name].config
+            assert (config.user_name, config.assistant_name) == conv.speakers
+            assert config.override(**RUNGS["no-speakers"].config).user_name == ""
+    finally:
+        build.close()
