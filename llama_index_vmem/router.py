@@ -166,12 +166,19 @@ SPEAKER_ROLES = {schema.Role.USER: (schema.Role.USER.value, schema.Role.AUDIO.va
 
 def named_speaker(question: str, config: VMemConfig) -> Optional[Tuple[str, schema.Role]]:
     """The one speaker of the memory (``config.user_name``, ``config.assistant_name``) the question
-    names, as ``(name, role)``; None where it names neither, or both. A name matches as a whole word
-    with its case, or by its first word ("Elias" for "Elias Vance"): "Will" the user is not "will"."""
-    named = [(name, role) for name, role in ((config.user_name, schema.Role.USER), (config.assistant_name, schema.Role.ASSISTANT))
-             if schema.visible(name) and any(re.search(rf"(?<!\w){re.escape(form)}(?!\w)", question)
-                                              for form in dict.fromkeys((name.strip(), name.split()[0])))]
+    names, as ``(name, role)``; None where it names neither, or both."""
+    speakers = ((config.user_name, schema.Role.USER), (config.assistant_name, schema.Role.ASSISTANT))
+    named = [(name, role) for name, role in speakers if _names(question, name)]
     return named[0] if len(named) == 1 else None
+
+
+def _names(question: str, name: str) -> bool:
+    """Whether the question says ``name``, as a whole word with its case, or its first word ("Elias"
+    for "Elias Vance"): "Will" the user is not "will". A blank name is no one's."""
+    if not schema.visible(name):
+        return False
+    forms = dict.fromkeys((name.strip(), name.split()[0]))
+    return any(re.search(rf"(?<!\w){re.escape(form)}(?!\w)", question) for form in forms)
 
 
 class ModalityRouter:
