@@ -18,12 +18,13 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time each name is import
     from .query_engine import VMemQueryEngine
     from .retriever import VMemRetriever
     from .round_memory import RoundMemory
-    from .router import Case, KeywordRules, ModalityRouter, RoutePlan
+    from .router import AnswerKind, Case, KeywordRules, ModalityRouter, RoutePlan
     from .schema import VMemQueryBundle
 
 #: Each public name and the submodule that defines it. They are imported when first used, not when
 #: the package is: light entry points (``vmem-bench --help``) then load neither torch nor LlamaIndex.
 _EXPORTS = {
+    "AnswerKind": "router",
     "Case": "router",
     "DeliveryMode": "delivery",
     "DeliveryPostprocessor": "delivery",
@@ -49,6 +50,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AnswerKind",
     "Case",
     "DeliveryMode",
     "DeliveryPostprocessor",

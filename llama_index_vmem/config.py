@@ -37,6 +37,12 @@ class VMemConfig:
     #: it: "What did you name her?" is answered by the next round, whose words ("Mochi.") rarely say
     #: what it answers. 0 turns it off.
     answer_weight: float = 0.5
+    #: With ``answer_weight``, on a question that asks for a kind of thing the router knows (a price,
+    #: an outcome, a place: ``KeywordRules.answer_kinds``), a candidate round that carries on the
+    #: thread of the round before it and holds that kind carries the best of this many rounds before
+    #: it, and ranks in one more list of such rounds. "How much did our new sofa cost?" is answered by
+    #: "Half price, so 450." two turns after "We're replacing the old sofa". 0 turns it off.
+    answer_reach: int = 3
     #: Rounds returned for ordinary questions.
     k: int = 12
     #: Rounds returned for aggregation questions, which also drop neighbours.

@@ -113,6 +113,34 @@ def carry_forward(fused: Sequence[Fused], links: Mapping[str, str], shares: Mapp
     return sorted(fused, key=lambda r: (-r.score, r.seq))
 
 
+def best_before(fused: Sequence[Fused], links: Mapping[str, str], rounds: Iterable[str], reach: int) -> Dict[str, str]:
+    """For each of ``rounds``, the candidate with the best fused score among the ``reach`` rounds
+    ``links`` leads back to from it (the nearest, on a tie): the round of its thread that names the
+    subject. "Half price, so 450." follows "We went with the green one. / Was it a good deal?", which
+    follows "We're replacing the old sofa". A walk ends at a round that is no candidate."""
+    own = {entry.id: entry.score for entry in fused}
+    found: Dict[str, str] = {}
+    for rid in rounds:
+        best = step = links[rid]
+        for _ in range(reach - 1):
+            step = links.get(step)
+            if step not in own:
+                break
+            if own[step] > own[best]:
+                best = step
+        found[rid] = best
+    return found
+
+
+def add_ranking(fused: Sequence[Fused], name: str, ids: AbstractSet[str], kappa: int) -> List[Fused]:
+    """One more ranking fused in by RRF: the entries in ``ids``, in their present order, each scoring
+    1 / (kappa + rank) more, with that rank noted under ``name``; best first again."""
+    for rank, entry in enumerate((e for e in fused if e.id in ids), start=1):
+        entry.ranks[name] = rank
+        entry.score = math.fsum((entry.score, 1.0 / (kappa + rank)))
+    return sorted(fused, key=lambda r: (-r.score, r.seq))
+
+
 def units_covering(units: Sequence[Fused], k: int) -> List[Fused]:
     """The unit-level ablation's return: units in fused order until they span ``k`` rounds.
 

@@ -15,7 +15,7 @@ import time
 import warnings
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import llama_index.core.instrumentation as instrument
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -31,10 +31,11 @@ from . import neighbours, schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
 from .errors import VMemAnchorError, VMemAnchorWarning, VMemInputError
-from .fusion import Fused, carry_forward, note_pool_units, rank_rounds, round_of, rrf, unit_of, units_covering
+from .fusion import (Fused, add_ranking, best_before, carry_forward, note_pool_units, rank_rounds, round_of, rrf, unit_of,
+                     units_covering)
 from .filters import read_filters
 from .models import as_llm
-from .router import Anchor, ModalityRouter, RoutePlan, Signal
+from .router import HOLDS_ANSWER, Anchor, ModalityRouter, RoutePlan, Signal
 from .store.base import Collection, Hit, Scope, Search
 
 if TYPE_CHECKING:
@@ -241,19 +242,30 @@ class VMemRetriever(BaseRetriever):
         payloads: Dict[str, Mapping[str, Any]] = {}
         if plan.follow_up_weight or plan.answer_weight:
             payloads = neighbours.round_payloads(self._index, [r.id for r in fused])
-            fused = carry_forward(fused, *self._carries(plan, payloads))
+            links, shares, answers, holding = self._carries(plan, payloads, fused)
+            fused = carry_forward(fused, links, shares, answers)
+            if holding:
+                fused = add_ranking(fused, HOLDS_ANSWER, holding, plan.config.rrf_kappa)
         return rankings, fused, payloads
 
     @staticmethod
-    def _carries(plan: RoutePlan, payloads: Mapping[str, Mapping[str, Any]]) -> Tuple[Dict[str, str], Dict[str, float], Set[str]]:
-        """What ``carry_forward`` moves among the candidates: each one's previous round, the share it
-        carries (a photo round ``follow_up_weight``, an answer to a question ``answer_weight``, the
-        larger where it is both), and the answers, which may pass the question."""
+    def _carries(plan: RoutePlan, payloads: Mapping[str, Mapping[str, Any]], fused: Sequence[Fused]
+                 ) -> Tuple[Dict[str, str], Dict[str, float], Set[str], Set[str]]:
+        """What ``carry_forward`` moves among the candidates: the round each one carries from (the
+        one before it, or for a round holding what the question asks for, the best of the
+        ``answer_reach`` before it), the share it carries (a photo round ``follow_up_weight``, an
+        answer ``answer_weight``, the larger where it is both), the answers, which may pass the round
+        they carry from, and of them the rounds holding what the question asks for."""
         links = neighbours.rounds_after(payloads)
-        answers = {rid for rid, before in links.items() if plan.answer_weight and plan.asks.search(payloads[before].get(schema.TEXT, ""))}
+        text = {rid: payloads[rid].get(schema.TEXT, "") for rid in payloads}
+        answers = {rid for rid, before in links.items() if plan.answer_weight and plan.asks.search(text[before])}
+        kind = plan.answer_kind
+        holding = {rid for rid in links if kind and (rid in answers or plan.continues.search(text[rid])) and kind.holds.search(text[rid])}
+        links.update(best_before(fused, links, holding, plan.config.answer_reach))
+        answers |= holding
         shares = {rid: max(plan.follow_up_weight if payloads[rid].get(schema.IMAGE_IDS) else 0.0,
                            plan.answer_weight if rid in answers else 0.0) for rid in links}
-        return links, shares, answers
+        return links, shares, answers, holding
 
     def _anchor(self, anchor: Anchor, query: QueryBundle, plan: RoutePlan) -> AnchorValue:
         config = plan.config

@@ -29,8 +29,28 @@ def _rx(pattern: str) -> Pattern[str]:
 
 
 @dataclass(frozen=True)
+class AnswerKind:
+    """What a question asks for, and how a stored round that holds it reads: "How much was it?" asks
+    for a price, held by a round with a number in it. A round two or three turns after the one naming
+    the subject ("Booked! ... What did it come to?" / "612 pounds all in.") rarely says the subject
+    again; the kind it holds says it answers."""
+
+    #: The kind asked for, as ``RoutePlan.reasons`` names it: "a price".
+    name: str
+    #: Matched against the question.
+    asks: Pattern[str]
+    #: Matched against a stored round's text.
+    holds: Pattern[str]
+
+
+#: The ranking of the candidate rounds that hold what the question asks for, as a round's ranks name it.
+HOLDS_ANSWER = "holds_answer"
+
+
+@dataclass(frozen=True)
 class KeywordRules:
-    """The wording rules. Each is a regular expression matched against the question text."""
+    """The wording rules: regular expressions matched against the question text, or where a rule
+    says so, against a stored round's."""
 
     #: Asks *which* image/photo/picture: "Which image shown on 2024-06-17 ...", "which of the photos".
     #: Up to two plain words may sit between (``which of the images``); "which city is in the
@@ -50,6 +70,33 @@ class KeywordRules:
     #: A stored round that ends by asking ("What did you name her?"): the round after it answers.
     #: Matched against the round's text, not the question's.
     asks: Pattern[str] = _rx(r"\?[\s\"'”’)]*\Z")
+    #: A stored round that carries on the thread of the round before it: its first turn opens with a
+    #: word that leans on what was said ("Ok,", "Done", "It", "they", "Found them!", a verb with its
+    #: subject dropped, "Ordered ...") or it points back ("that one", "the second one", "in the end").
+    #: Matched against the round's text, which opens with its first speaker's name.
+    continues: Pattern[str] = _rx(
+        r"\A[^:\n]{1,40}:\s*(?:(?:ok(?:ay)?|right|done|yes|yep|yeah|so|well|then|sure|sorted|update|phew)\b"
+        r"|\w+ed\b|(?:got|went|found|paid|bought|took|made)\b"
+        r"|(?:[\w'-]+[\s,]+){0,2}?(?:it|it's|its|they|them|their|she|he|her|him|his|that|this|those|these|there)\b)"
+        r"|\b(?:that|the\s+(?:first|second|third|last|other))\s+one\b|\bin\s+the\s+end\b"
+    )
+    #: What a question for words asks for, the first that matches: a price, an outcome (a choice
+    #: made, a thing found), where someone or something is from, a place (``AnswerKind``).
+    answer_kinds: Tuple[AnswerKind, ...] = (
+        AnswerKind("a price", _rx(r"\bhow\s+much\b|\bcost\b|\bprice\b|\bpa(?:y|id)\b|\bcharge\b|\bspen[dt]\b"
+                                  r"|\bset\s+\w+\s+back\b|\bbill\b|\bfee\b|\bfare\b"),
+                   _rx(r"\d|[$£€]")),
+        AnswerKind("an outcome", _rx(r"\b(?:did|do|will)\s+(?:I|we)\s+(?:\w+\s+)?(?:choose|pick|buy|get|order|book|rent|decide"
+                                     r"|settle|find|leave|put|opt|sign\s+up|end\s+up|go\s+(?:with|for))\b"
+                                     r"|\bin\s+the\s+end\b|\bturn(?:ed)?\s+up\b"),
+                   _rx(r"\b(?:went|gone|going|go)\s+(?:with|for)\b|\bI'?m\s+taking\b"
+                       r"|\b(?:chose|picked|decided|ordered|booked|bought|settled|found|signed|got|opted|sorted)\b"
+                       r"|\b(?:that|the\s+(?:first|second|third|last|other|\w+))\s+ones?\b|\bin\s+the\s+end\b"
+                       r"|\bit\s+is\b|\bwe'?ll\s+(?:do|go|take)\b")),
+        AnswerKind("where from", _rx(r"\bwhere\b.*\b(?:from|born)\b"), _rx(r"(?-i:\b(?:from|in)\s+[A-Z])")),
+        AnswerKind("a place", _rx(r"\bwhere\b"),
+                   _rx(r"(?-i:\b(?:in|at|on|under|inside|behind|near|by)\s+(?:the|a|my|our|his|her|[A-Z]))")),
+    )
 
 
 class Case(str, Enum):
@@ -111,6 +158,13 @@ class RoutePlan:
     answer_weight: float
     #: Which stored rounds end by asking (``KeywordRules.asks``).
     asks: Pattern[str]
+    #: What the question asks for (``KeywordRules.answer_kinds``), where ``answer_weight`` is on and
+    #: ``config.answer_reach`` is not 0: a round carrying on a thread (it answers the round before,
+    #: or ``continues`` it) that holds this kind carries the best of the ``answer_reach`` rounds
+    #: before it and ranks in one more list, of such rounds.
+    answer_kind: Optional[AnswerKind]
+    #: Which stored rounds carry on the thread of the round before them (``KeywordRules.continues``).
+    continues: Pattern[str]
     #: The signal whose rank settles a tie in fused score before the earlier round does: the
     #: question's own pixels, where attached. "Seen this before?" with a photo ties the photo's own
     #: round (visual 1st, words 2nd) with a round its few words happen to match (words 1st, visual
@@ -191,6 +245,9 @@ class ModalityRouter:
         r = self.rules
         return bool(r.which_image.search(question) or r.count_images.search(question) or r.show_image.search(question))
 
+    def answer_kind(self, question: str) -> Optional[AnswerKind]:
+        return next((kind for kind in self.rules.answer_kinds if kind.asks.search(question)), None)
+
     def route(self, query: QueryBundle, config: VMemConfig) -> RoutePlan:
         question = query.query_str
         has_pixels = bool(query.image_path)
@@ -236,6 +293,10 @@ class ModalityRouter:
         answer_weight = config.answer_weight if replies else 0.0
         if answer_weight:
             reasons.append("text target: a round answering the question the round before it asks carries a share of it")
+        kind = self.answer_kind(question) if answer_weight and config.answer_reach else None
+        if kind:
+            reasons.append(f"asks for {kind.name}: a round carrying on a thread that holds one carries the best of the "
+                           f"{config.answer_reach} rounds before it and ranks in one more list")
         if aggregation:
             reasons.append("aggregation question: no neighbours, k widened")
         if conflict:
@@ -252,6 +313,8 @@ class ModalityRouter:
             follow_up_weight=follow_up_weight,
             answer_weight=answer_weight,
             asks=self.rules.asks,
+            answer_kind=kind,
+            continues=self.rules.continues,
             tie_break=next((s.name for s in signals if s.anchor is Anchor.QUERY_IMAGE), None),
             counting=counting,
             aggregation=aggregation,

@@ -385,7 +385,8 @@ def test_a_photo_shared_a_round_after_the_one_naming_it_is_ranked_through_that_r
     "here it is", so by Eq. 5 alone five rounds about other flowers outrank it. Carrying a share of
     D2:1's score lifts it into the top five. D2:3 holds no image and D3:1 opens another session,
     so neither carries anything. (The memory is built without reply contexts, which would find
-    D2:2 by D2:1's words too: the carry is measured alone.)"""
+    D2:2 by D2:1's words too, and searched without answer kinds, by which "did I find" asks for an
+    outcome that "Here it is!" holds: the carry is measured alone.)"""
     flowers = [_round("D1:1", "I bought tulips for my mother's birthday.", "Tulips are a lovely birthday flower."),
                _round("D1:2", "My roses need pruning, when should I do it?", "Prune roses in late winter."),
                _round("D1:3", "Do sunflowers grow well on a balcony?", "Dwarf sunflowers do, in a deep pot."),
@@ -402,7 +403,7 @@ def test_a_photo_shared_a_round_after_the_one_naming_it_is_ranked_through_that_r
     question = VMemQueryBundle("Which purple flowers did I find on the autumn walk?")
 
     def ranking(weight, k):
-        nodes = index.as_retriever(k=k, follow_up_weight=weight).retrieve(question)
+        nodes = index.as_retriever(k=k, follow_up_weight=weight, answer_reach=0).retrieve(question)
         return {n.node.metadata["round_key"]: n for n in nodes if not isinstance(n.node, ImageNode)}
 
     plain, carried = ranking(0, k=5), ranking(0.25, k=5)

@@ -1,6 +1,6 @@
 """Round max per signal, RRF and the carry from the round before, on hand-computed cases."""
 
-from llama_index_vmem.fusion import carry_forward, rank_rounds, rrf
+from llama_index_vmem.fusion import add_ranking, best_before, carry_forward, rank_rounds, rrf
 from llama_index_vmem.store.base import Hit
 
 
@@ -179,3 +179,24 @@ def test_a_returned_round_names_every_unit_a_signal_found_best_first(make_index)
     for signal, unit in top["matched_units"].items():
         assert signal in next(u["signals"] for u in top["pool_units"] if u["unit"] == unit)
     assert all(set(u["signals"]) <= set(top["ranks"]) for u in top["pool_units"])
+
+
+def test_a_round_carries_from_the_best_of_the_rounds_its_links_reach():
+    """E links back through D, C, B to A. Reaching 3, E carries from the best of D, C, B (B); reaching
+    1, from D alone. A walk stops at a round that is no candidate (Z)."""
+    fused = rrf({"dense": [hit(r.lower(), r, seq, 1.0) for seq, r in enumerate("ABCDEF")]}, kappa=60)
+    for f, score in zip(fused, (0.5, 0.4, 0.1, 0.2, 0.05, 0.3)):
+        f.score = score
+    links = {"B": "A", "C": "B", "D": "C", "E": "D", "F": "Z"}
+    assert best_before(fused, links, ["E"], 3) == {"E": "B"}
+    assert best_before(fused, links, ["E"], 4) == {"E": "A"}
+    assert best_before(fused, links, ["E", "C"], 1) == {"E": "D", "C": "B"}
+    assert best_before(fused, {"E": "D", "D": "Z"}, ["E"], 3) == {"E": "D"}
+
+
+def test_one_more_ranking_adds_reciprocal_ranks_in_present_order():
+    fused = rrf({"dense": [hit(r.lower(), r, seq, 1.0) for seq, r in enumerate("ABC")]}, kappa=60)
+    out = add_ranking(fused, "holds", {"C", "B"}, kappa=60)
+    assert [f.id for f in out] == ["B", "C", "A"]
+    assert {f.id: f.ranks.get("holds") for f in out} == {"A": None, "B": 1, "C": 2}
+    assert abs(out[0].score - (1 / 62 + 1 / 61)) < 1e-15 and abs(out[1].score - (1 / 63 + 1 / 62)) < 1e-15

@@ -182,3 +182,62 @@ def test_speaker_names_must_be_text():
         VMemConfig(user_name=3)
     with pytest.raises(VMemInputError, match="config assistant_name"):
         CONFIG.override(assistant_name=["Melanie"])
+
+
+@pytest.mark.parametrize("question, kind", [
+    ("How much did our new sofa cost?", "a price"),
+    ("What did the dentist charge for the filling?", "a price"),
+    ("Which rain jacket did I choose?", "an outcome"),
+    ("What cake did I end up baking?", "an outcome"),
+    ("Which car did Caroline buy in the end?", "an outcome"),
+    ("Where is my grandmother originally from?", "where from"),
+    ("Where did I find my passport?", "an outcome"),  # a thing found is an outcome too
+    ("Where do I keep the spare key?", "a place"),
+    ("What did we name the kitten?", None),
+    ("When is my half marathon?", None),
+])
+def test_a_question_for_words_says_what_kind_of_answer_it_asks_for(question, kind):
+    plan = ROUTER.route(VMemQueryBundle(question), CONFIG)
+    assert (plan.answer_kind.name if plan.answer_kind else None) == kind
+    assert any(r.startswith(f"asks for {kind}:") for r in plan.reasons) is (kind is not None)
+
+
+def test_only_a_question_for_words_with_the_answer_carry_on_asks_for_a_kind():
+    price = "How much was the photo frame?"
+    assert ROUTER.route(VMemQueryBundle(price), CONFIG).answer_kind is not None
+    assert ROUTER.route(VMemQueryBundle("Which photo shows the price tag?"), CONFIG).answer_kind is None, "an image target"
+    for off in (dict(answer_reach=0), dict(answer_weight=0), dict(round_level=False)):
+        assert ROUTER.route(VMemQueryBundle(price), CONFIG.override(**off)).answer_kind is None, off
+
+
+@pytest.mark.parametrize("kind, text, holds", [
+    ("a price", "User: Half price in the sale, so 450 instead of 900.", True),
+    ("a price", "User: It was a bargain.\nAssistant: Lovely.", False),
+    ("an outcome", "User: Ok, went with the navy in the end.", True),
+    ("an outcome", "User: I'm taking the second one.", True),
+    ("an outcome", "User: Mostly cold, in Scotland.", False),
+    ("where from", "User: She was born in Kerala and came over in 1962.", True),
+    ("where from", "User: she came over from the north.", False),  # a place has a name
+    ("a place", "User: They were in the fridge next to the milk.", True),
+    ("a place", "User: Just the gym and the supermarket.", False),
+])
+def test_a_stored_round_holds_the_kind_of_answer_its_words_give(kind, text, holds):
+    rule = next(k for k in KeywordRules().answer_kinds if k.name == kind)
+    assert bool(rule.holds.search(text)) is holds
+
+
+@pytest.mark.parametrize("text, continues", [
+    ("User: Ok, went with the navy in the end.\nAssistant: Good call.", True),
+    ("User: Got it! Inside pocket of the blue suitcase.", True),
+    ("User: She was born in Kerala.", True),
+    ("User: Chocolate it is, with sprinkles.", True),
+    ("User: Ordered the mustard ones.", True),  # a verb with its subject dropped
+    ("User: Launch day!\nAssistant: Wow.", False),  # a short first line may open a new subject
+    ("Caroline: Yeah, I went there last week.", True),
+    ("User: Sleep, honestly. I'm taking the second one.", True),
+    ("User: My colleague paid 900 for a direct flight to Tokyo the same week.", False),
+    ("User: What else should I pack for Iceland?", False),
+    ("User: Looking for a laptop for uni, these are the three I'm considering.", False),
+])
+def test_the_continues_rule_reads_whether_a_stored_round_carries_on_the_one_before(text, continues):
+    assert bool(KeywordRules().continues.search(text)) is continues
