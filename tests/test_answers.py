@@ -354,6 +354,280 @@ CASES: List[AnswerCase] = [
             ("What does a student need for their first flat?", "Bedding, basic kitchenware and a good laptop."),
         )),
     )),
+    # ---- more choices, prices, places and people, the answer two or three rounds after the subject ----
+    AnswerCase("wedding-venue", "choice", "Which venue did we pick for the wedding?", "D1:4", (
+        ("D1", "2024-02-11", (
+            ("We've narrowed the wedding down to two venues.", "Exciting! Which ones?"),
+            ("A barn in the Cotswolds or a hotel in Bath.", "Both lovely. What's the budget like?"),
+            ("The barn is cheaper but we'd need to hire caterers.", "That can add up quickly."),
+            ("Right, we've decided: the hotel. Less stress for everyone.", "Sensible choice."),
+            ("My brother got married in a castle, it was over the top.", "Some people love the drama."),
+            ("How far ahead should we send invitations?", "About three months, and save-the-dates earlier."),
+        )),
+    )),
+    AnswerCase("bike-price", "price", "How much did the new bike set me back?", "D1:3", (
+        ("D1", "2024-03-14", (
+            ("I'm finally replacing my commuter bike.", "Nice! Road bike or hybrid?"),
+            ("A hybrid with disc brakes. Picked it up this afternoon.", "Great for wet mornings. Was it pricey?"),
+            ("It came to 740 with the lights and lock.", "Not bad for a good setup."),
+            ("My friend's carbon road bike cost over 3000.", "Carbon bikes are a different league."),
+            ("How often should I oil the chain?", "Every couple of weeks, or after rides in the rain."),
+        )),
+    )),
+    AnswerCase("keys", "place", "Where did I leave my keys?", "D1:3", (
+        ("D1", "2024-04-02", (
+            ("I've lost my keys again, I'm going to be late.", "Retrace your steps. Where did you go last night?"),
+            ("Just the gym and the supermarket.", "Check your gym bag and coat."),
+            ("Found them! They were in the fridge next to the milk.", "Ha! That happens more than you'd think."),
+            ("My flatmate keeps his keys on a hook by the door.", "A hook is a good habit."),
+            ("Should I get a key finder tag?", "They're cheap and work well with a phone app."),
+        )),
+    )),
+    AnswerCase("puppy-breed", "choice", "What breed of puppy did we get in the end?", "D1:3", (
+        ("D1", "2024-05-20", (
+            ("We're thinking about a puppy: a labrador or a cocker spaniel.", "Both great family dogs. How much space do you have?"),
+            ("A small garden and a flat-ish walk to the park.", "A cocker might suit the space better."),
+            ("Ok, we went for the cocker spaniel. She's coming home on Saturday.", "How lovely, congratulations!"),
+            ("My aunt has two labradors and they shed everywhere.", "Labs are famous for shedding."),
+            ("What should we buy before she arrives?", "A crate, a bed, puppy food, and chew toys."),
+        )),
+    )),
+    AnswerCase("dentist-cost", "price", "What did the dentist charge for the filling?", "D1:3", (
+        ("D1", "2024-06-05", (
+            ("I had a filling done at the dentist this morning.", "Ouch. How was it?"),
+            ("Not too bad, the numbing worked.", "Good. Was it on the NHS or private?"),
+            ("Private, unfortunately. 180 pounds.", "Private fees do vary a lot."),
+            ("My partner's dentist charges 60 for a check-up.", "That's fairly typical."),
+            ("How long should I wait before eating?", "Until the numbness wears off, so you don't bite your cheek."),
+        )),
+    )),
+    AnswerCase("grandfather-origin", "place", "Where was my grandfather born?", "D1:3", (
+        ("D1", "2024-07-09", (
+            ("I found an old photo of my grandfather as a young man.", "What a treasure! Do you know much about him?"),
+            ("A little. He worked on the railways for forty years.", "A whole career on the railways."),
+            ("He was born in Naples and moved here after the war.", "What a journey."),
+            ("My grandmother's family were all born locally.", "So one side stayed put."),
+            ("How could I find out more about his family?", "Try archive records and the parish registers."),
+        )),
+    )),
+    AnswerCase("phone-plan", "choice", "Which phone plan did I sign up for?", "D1:3", (
+        ("D1", "2024-08-12", (
+            ("My phone contract ends this month, looking at plans.", "What do you use most, data or calls?"),
+            ("Data, loads of it. I stream on the train.", "Then an unlimited data plan makes sense."),
+            ("Done, I went with the unlimited SIM-only one at 20 a month.", "Good value for what you use."),
+            ("My mum is still on a plan from 2015 that costs a fortune.", "Worth helping her switch."),
+            ("Can I keep my number?", "Yes, ask your old provider for a PAC code."),
+        )),
+    )),
+    AnswerCase("cake", "choice", "What cake did I end up baking for the party?", "D1:3", (
+        ("D1", "2024-09-01", (
+            ("Baking for Sam's party tomorrow, carrot cake or chocolate?", "Does Sam have a favourite?"),
+            ("He's not fussy, but half the guests are kids.", "Kids usually go for chocolate."),
+            ("Chocolate it is, with sprinkles on top.", "The kids will love it."),
+            ("My sister made a lemon cake for her party and nobody touched it.", "Tastes differ!"),
+            ("How long will the cake keep?", "Two or three days in a tin."),
+        )),
+    )),
+    AnswerCase("tickets-price", "price", "How much were the concert tickets?", "D1:3", (
+        ("D1", "2024-10-03", (
+            ("The band I love is touring in December!", "Amazing! Are you going?"),
+            ("Trying to get tickets the moment they go on sale.", "Good luck, they might sell out fast."),
+            ("Got two! 65 each, standing.", "Standing is the best spot for a gig."),
+            ("My cousin paid 200 for resale tickets last year.", "Resale prices are brutal."),
+            ("What should I bring to the gig?", "Earplugs, a small bag, and your ID."),
+        )),
+    )),
+    AnswerCase("ring", "place", "Where did I find my wedding ring?", "D1:3", (
+        ("D1", "2024-11-11", (
+            ("My wedding ring has disappeared, I'm panicking.", "When did you last have it on?"),
+            ("I took it off to knead bread yesterday.", "Check around the kitchen, under the mixer, in the flour."),
+            ("It was in the flour jar the whole time!", "Phew! That's a relief."),
+            ("My friend lost her ring on a beach and never found it.", "That's heartbreaking."),
+            ("Should I get it resized so it fits tighter?", "A jeweller can do that in a week or so."),
+        )),
+    )),
+    AnswerCase("sneakers", "choice", "Which running shoes did I buy?", "D1:3", (
+        ("D1", "2024-03-03", (
+            ("Trying on running shoes: Brooks Ghost versus Asics Nimbus.", "How do they feel on the treadmill?"),
+            ("The Asics are softer, the Brooks feel more stable.", "Stability matters if your ankles roll."),
+            ("I've gone with the Brooks, my ankles thank me already.", "Good decision."),
+            ("My running club friend swears by Hoka.", "Hokas have a loyal following."),
+            ("How long do running shoes last?", "Roughly 500 to 800 kilometres."),
+        )),
+    )),
+    AnswerCase("hotel-night", "price", "How much did the hotel in Edinburgh cost per night?", "D1:3", (
+        ("D1", "2024-04-14", (
+            ("Booking a hotel in Edinburgh for the festival.", "August gets busy! Old Town or New Town?"),
+            ("Old Town, close to the Royal Mile.", "You'll be right in the middle of it."),
+            ("Sorted, 210 a night, breakfast included.", "Festival prices, but that's fair."),
+            ("My colleague stayed in a hotel in Glasgow for 90 a night.", "Glasgow is cheaper for sure."),
+            ("Is it walkable from the station?", "Yes, Waverley is a few minutes away."),
+        )),
+    )),
+    AnswerCase("charger", "place", "Where was my laptop charger?", "D1:3", (
+        ("D1", "2024-05-08", (
+            ("Can't find my laptop charger and the battery is at 5%.", "Did you take it anywhere recently?"),
+            ("To the library on Monday.", "Maybe call them, or check your backpack."),
+            ("Sorted, it was under the sofa cushions.", "Classic hiding spot."),
+            ("My brother's charger frayed and nearly caught fire.", "Replace damaged cables straight away."),
+            ("Should I buy a spare charger?", "A spare for your bag is handy."),
+        )),
+    )),
+    AnswerCase("holiday-choice", "choice", "Where did we decide to go on holiday?", "D1:4", (
+        ("D1", "2024-01-20", (
+            ("We need to book a summer holiday, any ideas?", "Beach, city or mountains?"),
+            ("Beach. Thinking Crete or the Algarve.", "Both sunny in July."),
+            ("Crete has more to see, the Algarve is cheaper to fly to.", "What matters more to you?"),
+            ("We'll do Crete. Ancient ruins and beaches for the kids.", "Great choice for families."),
+            ("My neighbours went to the Algarve and loved the golf.", "It is a golfing hotspot."),
+            ("Do we need travel insurance?", "Yes, always worth having."),
+        )),
+    )),
+    AnswerCase("vet-bill", "price", "What was the vet bill for the cat?", "D1:3", (
+        ("D1", "2024-06-22", (
+            ("Took the cat to the vet, she's been limping.", "Poor thing. What did they say?"),
+            ("A sprain, nothing broken. Rest and painkillers.", "That's a relief."),
+            ("The bill was 95 with the medicine.", "Pet care adds up."),
+            ("My friend's dog needed surgery that cost 2000.", "Pet insurance helps with those."),
+            ("How do I get her to take the pills?", "Hide them in a little soft food."),
+        )),
+    )),
+    AnswerCase("plumber", "person", "Who fixed our boiler?", "D1:3", (
+        ("D1", "2024-11-02", (
+            ("The boiler broke down last night, no hot water.", "Oh no. Have you called anyone?"),
+            ("Called three plumbers, none free until next week.", "Try a local emergency service."),
+            ("A guy called Dev came out this morning and fixed it in an hour.", "Brilliant, hang on to his number."),
+            ("My dad always tried to fix boilers himself.", "Not recommended with gas!"),
+            ("Should we get it serviced every year?", "Yes, annual servicing is recommended."),
+        )),
+    )),
+    AnswerCase("curtains", "choice", "What colour did I choose for the curtains?", "D1:3", (
+        ("D1", "2024-08-30", (
+            ("New curtains for the living room, can't decide on the colour.", "What colour are the walls?"),
+            ("Off-white, with a grey sofa.", "A deep colour would add warmth."),
+            ("Ordered the mustard ones in the end.", "Mustard and grey look great together."),
+            ("My mum has floral curtains in every room.", "A classic look."),
+            ("Should the curtains touch the floor?", "Floor length usually looks more elegant."),
+        )),
+    )),
+    AnswerCase("exam-result", "answer-to-question", "What grade did I get in my driving theory test?", "D1:2", (
+        ("D1", "2024-09-09", (
+            ("Just got my driving theory test result!", "And? How did it go?"),
+            ("Passed, 47 out of 50.", "Brilliant score!"),
+            ("My brother failed his theory test twice.", "Lots of people need a second go."),
+            ("When should I book the practical test?", "As soon as you can; waiting lists are long."),
+            ("How many lessons do most people need?", "Around 40 hours with an instructor, on average."),
+        )),
+    )),
+    AnswerCase("lost-wallet", "place", "Where did my wallet turn up?", "D1:3", (
+        ("D1", "2024-10-15", (
+            ("My wallet's gone, I think I left it on the bus.", "Call the bus company's lost property."),
+            ("They don't have it. I'm cancelling my cards.", "Good idea, do that first."),
+            ("Update: a lady handed it in at the post office on the high street!", "There are good people out there."),
+            ("My friend lost her wallet in Rome and never got it back.", "Tourist areas are harder."),
+            ("Do I need to order new cards anyway?", "If you've cancelled them, yes."),
+        )),
+    )),
+    AnswerCase("gift", "choice", "What did I get my dad for Father's Day?", "D1:3", (
+        ("D1", "2024-06-10", (
+            ("Father's Day is on Sunday and I have no idea what to get my dad.", "What's he into?"),
+            ("Gardening and old jazz records.", "A rare record or good secateurs?"),
+            ("Got him a Miles Davis first pressing from the record shop.", "He'll treasure that."),
+            ("My husband wants a new drill for Father's Day, so unromantic.", "Practical gifts get used though."),
+            ("Should I get a card too?", "A handwritten card always means a lot."),
+        )),
+    )),
+    AnswerCase("tent", "choice", "Which tent did we buy for the camping trip?", "D1:3", (
+        ("D1", "2024-04-27", (
+            ("We need a tent for the Lake District trip, four of us.", "Dome or tunnel tent?"),
+            ("The shop had a Vango tunnel and a Coleman dome on offer.", "Tunnels handle wind better; domes are easier to pitch."),
+            ("Picked up the Vango, it packs down smaller too.", "Great for carrying to the campsite."),
+            ("My uncle still camps in a canvas tent from the eighties.", "Those are heavy but last forever."),
+            ("What sleeping bags do we need for May?", "A three-season bag rated to about zero degrees."),
+        )),
+    )),
+    AnswerCase("haircut", "price", "How much was my haircut?", "D1:3", (
+        ("D1", "2024-05-13", (
+            ("Finally got a haircut, first in six months.", "Bet that feels good! New style?"),
+            ("Short on the sides, a bit longer on top.", "Classic and easy to manage."),
+            ("It was 35 with the beard trim, not bad.", "Reasonable for a cut and trim."),
+            ("My partner pays 80 for a haircut in the city.", "City salons charge a premium."),
+            ("How often should I go back?", "Every four to six weeks keeps the shape."),
+        )),
+    )),
+    AnswerCase("glasses", "place", "Where were my glasses?", "D1:3", (
+        ("D1", "2024-06-03", (
+            ("I can't find my glasses and I can barely see the screen.", "Where did you have them last?"),
+            ("Reading in bed last night, I think.", "Check the bedside table and under the pillows."),
+            ("They were on top of my head the whole time.", "That happens to everyone at least once!"),
+            ("My dad has three pairs of glasses and still loses them.", "Maybe a chain would help him."),
+            ("Should I get a spare pair?", "A cheap spare pair is a good backup."),
+        )),
+    )),
+    AnswerCase("babysitter", "person", "Who is babysitting on Saturday?", "D1:3", (
+        ("D1", "2024-07-11", (
+            ("We've got a wedding on Saturday and need a babysitter.", "Have you asked family?"),
+            ("My parents are away that weekend.", "Maybe a neighbour or a local sitter?"),
+            ("Our neighbour's daughter Amira said yes, she's done first aid.", "Perfect, that's reassuring."),
+            ("My friend uses an agency but it's expensive.", "Agencies do vet their sitters though."),
+            ("What should I leave for the babysitter?", "Emergency numbers, bedtime routine, and snacks."),
+        )),
+    )),
+    AnswerCase("paint-brand", "choice", "Which paint did I go for in the kitchen?", "D1:3", (
+        ("D1", "2024-08-19", (
+            ("Repainting the kitchen, looking at paint brands.", "Kitchens need something wipeable."),
+            ("Dulux or Farrow and Ball, but Farrow is twice the price.", "The finish is lovely but Dulux is tough."),
+            ("Bought the Dulux in the end, the kitchen-specific one.", "Practical choice."),
+            ("My sister used Farrow and Ball in her hall and loves it.", "It's beautiful in the right light."),
+            ("Do I need primer over old paint?", "Only if the old paint is glossy or a much darker colour."),
+        )),
+    )),
+    AnswerCase("train-ticket", "price", "What did the train tickets to Paris cost?", "D1:3", (
+        ("D1", "2024-09-22", (
+            ("Looking at the Eurostar to Paris for our anniversary.", "Romantic! When are you going?"),
+            ("Mid-October, Friday to Monday.", "Book soon, prices climb."),
+            ("Booked, 156 return for the two of us.", "That's a good deal for Eurostar."),
+            ("My colleague flew to Paris and it cost him 300 with bags.", "The train is often easier anyway."),
+            ("Which area should we stay in?", "Le Marais is lovely and central."),
+        )),
+    )),
+    AnswerCase("kid-school", "choice", "Which school did we choose for Lily?", "D1:3", (
+        ("D1", "2024-02-02", (
+            ("School applications for Lily are due, we visited two primaries.", "How did they compare?"),
+            ("St Mary's is closer, Hillside has the better reports.", "Distance matters a lot for mornings."),
+            ("We've put Hillside first, the walk is fine.", "Fingers crossed for your first choice."),
+            ("My friend's son goes to St Mary's and is happy there.", "Good to hear both are decent."),
+            ("When do we find out?", "Usually mid-April, on national offer day."),
+        )),
+    )),
+    AnswerCase("mechanic", "answer-to-question", "What was wrong with my car?", "D1:2", (
+        ("D1", "2024-10-28", (
+            ("Picked the car up from the garage.", "What did the mechanic find?"),
+            ("The alternator was failing, that's why the battery kept dying.", "That explains it."),
+            ("My neighbour's car had a similar problem with the battery.", "Batteries often get blamed first."),
+            ("How long do alternators last?", "Usually 100,000 miles or so."),
+            ("Do I need to warm the car up in winter?", "Not really with modern engines; just drive gently at first."),
+        )),
+    )),
+    AnswerCase("gym-join", "choice", "Which gym did I join?", "D1:3", (
+        ("D1", "2024-01-08", (
+            ("New year, new gym. Two near me: PureGym and a local boxing gym.", "What kind of training do you enjoy?"),
+            ("Classes more than machines.", "The boxing gym probably has better classes."),
+            ("Signed up at the boxing gym, first class tomorrow.", "Exciting! Go easy on day one."),
+            ("My colleague has been going to PureGym for years.", "It's convenient and cheap."),
+            ("What should I eat before a morning class?", "A banana or some toast an hour before."),
+        )),
+    )),
+    AnswerCase("engagement-ring", "price", "How much did I spend on the engagement ring?", "D1:4", (
+        ("D1", "2024-12-01", (
+            ("I'm going to propose at Christmas!", "Congratulations! Have you got a ring?"),
+            ("Not yet, looking at sapphires rather than diamonds.", "Sapphires are gorgeous and durable."),
+            ("Found one at a small jeweller in the Lanes.", "What's it like?"),
+            ("Oval sapphire, little diamonds either side, 1800 altogether.", "Beautiful, she'll love it."),
+            ("My best mate spent three months' salary on his ring.", "That old rule is a marketing line."),
+            ("How do I hide it until Christmas?", "Somewhere only you use, like a sock drawer."),
+        )),
+    )),
 ]
 
 
@@ -400,9 +674,10 @@ def test_the_cases_are_well_formed():
 
 
 #: Share of the cases whose answering round must be in the top 2. The goal is 0.9; without an LLM the
-#: retriever finds 20 of these 30 today: answers two or more rounds after the round naming their
-#: subject, or in a later session, are still missed.
-FLOOR = 2 / 3
+#: retriever finds 48 of these 60 today. It misses answers in a later session than their subject,
+#: answers that are a person's name, and outcomes told in words the router's answer kinds do not
+#: know ("We've put Hillside first", "Which gym did I join?").
+FLOOR = 0.78
 
 
 def test_the_answering_round_is_in_the_top_two(memories):
@@ -414,6 +689,21 @@ def test_the_answering_round_is_in_the_top_two(memories):
     found = len(CASES) - len(missed)
     assert found >= FLOOR * len(CASES), (
         f"answering round in the top 2 for {found}/{len(CASES)} cases (need {FLOOR:.0%}); missed:\n" + "\n".join(missed))
+
+
+def test_a_round_holding_the_price_asked_for_carries_from_the_round_naming_the_subject(memories):
+    """"Half price in the sale, so 450 instead of 900." never says "sofa": it follows "We went with a
+    green corduroy three-seater", which follows the round that does. It holds a price, as the
+    question asks, so it carries from the best of the three rounds before it and ranks first; the
+    in-laws' 3000 sofa, a new thread, does not."""
+    index, question = memories["sofa"], "How much did our new sofa cost?"
+    hits = index.as_retriever(k=3).retrieve(question)
+    first = hits[0].node.metadata
+    assert first["round_key"] == "D1:4", round_keys(hits)
+    assert first["vmem"]["ranks"]["holds_answer"] == 1 and first["vmem"]["follows"] == "D1:1"
+    assert any(r.startswith("asks for a price:") for r in first["vmem"]["reasons"])
+    assert all("holds_answer" not in h.node.metadata["vmem"]["ranks"] for h in hits if h.node.metadata["round_key"] == "D1:5")
+    assert "D1:4" not in round_keys(index.as_retriever(k=3, answer_reach=0).retrieve(question)), "without it, the answer is not in the top 3"
 
 
 def test_readme_cat_question_returns_the_mochi_round(tmp_path, minilm, tiny_siglip, photos):
