@@ -172,7 +172,7 @@ def _run_epilog(benchmark: str) -> str:
     else:
         categories = dict(legend.LOCOMO_CATEGORIES)
     return "\n\n".join([
-        _listed("V-Mem variants (--config). The first four are the V-Mem paper's ablation; each of the next six "
+        _listed("V-Mem variants (--config). The first four are the V-Mem paper's ablation; each of the next seven "
                 "changes one setting of the full system:", legend.RUNGS),
         _listed("Systems (--systems):", {"vmem": "V-Mem, at each --config variant", **legend.STOCK_SYSTEMS}),
         _listed("Question categories in the report:", categories),

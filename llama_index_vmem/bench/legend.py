@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Dict
 
 #: The ablation rungs of V-Mem, each as the system it runs. The first four are the V-Mem paper's
-#: ablation (``anchors`` is the full system); each of the next six changes one setting the full
-#: system uses beyond the paper, and ``less-all`` changes all six.
+#: ablation (``anchors`` is the full system); each of the next seven changes one setting the full
+#: system uses beyond the paper, and ``less-all`` changes all seven.
 RUNGS: Dict[str, str] = {
     "vanilla": "every lane searched with the bare question, units returned, no routing",
     "routing": "lanes chosen by the question's case (text, picture, or both), units returned",
@@ -25,9 +25,11 @@ RUNGS: Dict[str, str] = {
                         "together with the exchange before it)",
     "no-answer-carry": "the full system without the answer carry (a round after one that ends in a question "
                        "gets a share of that round's score)",
+    "no-answer-kinds": "the full system without answer kinds (on a question asking for a price, an outcome "
+                       "or a place, a round carrying on a thread that holds one carries from further back and ranks higher)",
     "no-speakers": "the full system not told the user's and the assistant's names (a question naming one of them "
                    "searches that speaker's own words)",
-    "less-all": "the full system with all six of those changes at once",
+    "less-all": "the full system with all seven of those changes at once",
     "in-ram": "the full system on a store that keeps its vectors and indexes in RAM instead of on disk",
 }
 

@@ -69,8 +69,9 @@ RUNGS = {
     "pool20": Rung(dict(_FULL, candidate_pool=20)),
     "no-reply-context": Rung(_FULL, (("reply_context", False),)),
     "no-answer-carry": Rung(dict(_FULL, answer_weight=0.0)),
+    "no-answer-kinds": Rung(dict(_FULL, answer_reach=0)),
     "no-speakers": Rung(dict(_FULL, user_name="", assistant_name="")),
-    "less-all": Rung(dict(_FULL, candidate_pool=20, answer_weight=0.0, user_name="", assistant_name=""),
+    "less-all": Rung(dict(_FULL, candidate_pool=20, answer_weight=0.0, answer_reach=0, user_name="", assistant_name=""),
                      (("bm25_b", 0.75), ("dated_units", False), ("reply_context", False))),
     "in-ram": Rung(_FULL, (("in_ram", True),)),
 }
