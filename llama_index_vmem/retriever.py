@@ -259,8 +259,8 @@ class VMemRetriever(BaseRetriever):
         links = neighbours.rounds_after(payloads)
         text = {rid: payloads[rid].get(schema.TEXT, "") for rid in payloads}
         answers = {rid for rid, before in links.items() if plan.answer_weight and plan.asks.search(text[before])}
-        kind = plan.answer_kind
-        holding = {rid for rid in links if kind and (rid in answers or plan.continues.search(text[rid])) and kind.holds.search(text[rid])}
+        holding = {rid for rid in links if plan.answer_kinds and (rid in answers or plan.continues.search(text[rid]))
+                   and any(kind.holds.search(text[rid]) for kind in plan.answer_kinds)}
         links.update(best_before(fused, links, holding, plan.config.answer_reach))
         answers |= holding
         shares = {rid: max(plan.follow_up_weight if payloads[rid].get(schema.IMAGE_IDS) else 0.0,

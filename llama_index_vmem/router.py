@@ -80,8 +80,8 @@ class KeywordRules:
         r"|(?:[\w'-]+[\s,]+){0,2}?(?:it|it's|its|they|them|their|she|he|her|him|his|that|this|those|these|there)\b)"
         r"|\b(?:that|the\s+(?:first|second|third|last|other))\s+one\b|\bin\s+the\s+end\b"
     )
-    #: What a question for words asks for, the first that matches: a price, an outcome (a choice
-    #: made, a thing found), where someone or something is from, a place (``AnswerKind``).
+    #: What a question for words asks for, each that matches: a price, an outcome (a choice made, a
+    #: thing found), where someone or something is from, a place (``AnswerKind``).
     answer_kinds: Tuple[AnswerKind, ...] = (
         AnswerKind("a price", _rx(r"\bhow\s+much\b|\bcost\b|\bprice\b|\bpa(?:y|id)\b|\bcharge\b|\bspen[dt]\b"
                                   r"|\bset\s+\w+\s+back\b|\bbill\b|\bfee\b|\bfare\b"),
@@ -160,9 +160,10 @@ class RoutePlan:
     asks: Pattern[str]
     #: What the question asks for (``KeywordRules.answer_kinds``), where ``answer_weight`` is on and
     #: ``config.answer_reach`` is not 0: a round carrying on a thread (it answers the round before,
-    #: or ``continues`` it) that holds this kind carries the best of the ``answer_reach`` rounds
-    #: before it and ranks in one more list, of such rounds.
-    answer_kind: Optional[AnswerKind]
+    #: or ``continues`` it) that holds one of these kinds carries the best of the ``answer_reach``
+    #: rounds before it and ranks in one more list, of such rounds. "Where did I find it?" asks for
+    #: an outcome ("Got it!") or a place ("in the flour jar").
+    answer_kinds: Tuple[AnswerKind, ...]
     #: Which stored rounds carry on the thread of the round before them (``KeywordRules.continues``).
     continues: Pattern[str]
     #: The signal whose rank settles a tie in fused score before the earlier round does: the
@@ -245,8 +246,8 @@ class ModalityRouter:
         r = self.rules
         return bool(r.which_image.search(question) or r.count_images.search(question) or r.show_image.search(question))
 
-    def answer_kind(self, question: str) -> Optional[AnswerKind]:
-        return next((kind for kind in self.rules.answer_kinds if kind.asks.search(question)), None)
+    def answer_kinds(self, question: str) -> Tuple[AnswerKind, ...]:
+        return tuple(kind for kind in self.rules.answer_kinds if kind.asks.search(question))
 
     def route(self, query: QueryBundle, config: VMemConfig) -> RoutePlan:
         question = query.query_str
@@ -293,10 +294,10 @@ class ModalityRouter:
         answer_weight = config.answer_weight if replies else 0.0
         if answer_weight:
             reasons.append("text target: a round answering the question the round before it asks carries a share of it")
-        kind = self.answer_kind(question) if answer_weight and config.answer_reach else None
-        if kind:
-            reasons.append(f"asks for {kind.name}: a round carrying on a thread that holds one carries the best of the "
-                           f"{config.answer_reach} rounds before it and ranks in one more list")
+        kinds = self.answer_kinds(question) if answer_weight and config.answer_reach else ()
+        if kinds:
+            reasons.append(f"asks for {' or '.join(k.name for k in kinds)}: a round carrying on a thread that holds one carries "
+                           f"the best of the {config.answer_reach} rounds before it and ranks in one more list")
         if aggregation:
             reasons.append("aggregation question: no neighbours, k widened")
         if conflict:
@@ -313,7 +314,7 @@ class ModalityRouter:
             follow_up_weight=follow_up_weight,
             answer_weight=answer_weight,
             asks=self.rules.asks,
-            answer_kind=kind,
+            answer_kinds=kinds,
             continues=self.rules.continues,
             tie_break=next((s.name for s in signals if s.anchor is Anchor.QUERY_IMAGE), None),
             counting=counting,

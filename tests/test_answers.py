@@ -628,6 +628,96 @@ CASES: List[AnswerCase] = [
             ("How do I hide it until Christmas?", "Somewhere only you use, like a sock drawer."),
         )),
     )),
+    AnswerCase("boiler-quote", "price", "How much is the new boiler going to cost us?", "D1:3", (
+        ("D1", "2024-01-15", (
+            ("The engineer says our boiler is beyond repair.", "That's a pain. Are you getting quotes?"),
+            ("Two companies are coming round this week.", "Ask both about warranties."),
+            ("The cheaper quote came in at 2,400 fitted, with a ten-year warranty.", "That's a solid warranty."),
+            ("My neighbour got a heat pump instead of a new boiler.", "Heat pumps have grants available."),
+            ("How long does fitting take?", "Usually one or two days."),
+        )),
+    )),
+    AnswerCase("sofa-bed", "choice", "Which sofa bed did we end up ordering?", "D1:3", (
+        ("D1", "2024-02-20", (
+            ("We need a sofa bed for the spare room, guests keep coming.", "Click-clack or pull-out?"),
+            ("Pull-out, the IKEA Friheten or the one from Made.", "The Friheten has storage underneath."),
+            ("Ordered the Friheten, the storage sold it.", "Handy for spare bedding."),
+            ("My sister's sofa bed has a bar that digs into your back.", "A good mattress topper helps with that."),
+            ("When should we book the delivery?", "A weekday morning is usually easiest."),
+        )),
+    )),
+    AnswerCase("umbrella", "place", "Where did I leave my umbrella?", "D1:3", (
+        ("D1", "2024-03-18", (
+            ("Soaked again, my umbrella has vanished.", "Where did you have it last?"),
+            ("At lunch with Tom, I think, or on the tram.", "Try the restaurant first."),
+            ("They had it! I left it under the table at the noodle bar.", "Lucky it was still there."),
+            ("My colleague buys a new umbrella every time it rains.", "That gets expensive."),
+            ("Are compact umbrellas any good in wind?", "Look for a vented canopy."),
+        )),
+    )),
+    AnswerCase("piano-teacher", "person", "Who is teaching my daughter piano?", "D1:3", (
+        ("D1", "2024-04-09", (
+            ("My daughter wants piano lessons.", "Lovely! Have you found a teacher?"),
+            ("We tried one, but she didn't click with him.", "Fit matters a lot with kids."),
+            ("We found a retired music teacher, Mrs Okafor, two streets away.", "Close by is perfect."),
+            ("My nephew learns online with an app.", "Apps can work for motivated kids."),
+            ("Do we need a real piano?", "A weighted-key digital piano is fine to start."),
+        )),
+    )),
+    AnswerCase("broadband", "choice", "Which broadband provider did I switch to?", "D1:3", (
+        ("D1", "2024-05-02", (
+            ("My broadband keeps dropping, I want to switch.", "Have you compared providers in your area?"),
+            ("Fibre is available from two companies on our street.", "Full fibre is worth it if you work from home."),
+            ("Went for Hyperoptic, installation is next Tuesday.", "Their speeds are excellent."),
+            ("My parents are still on copper broadband.", "They might not need much speed."),
+            ("Do I need to tell my old provider?", "Usually the new one handles the switch."),
+        )),
+    )),
+    AnswerCase("flight-delay", "price", "How much compensation did I get for the delayed flight?", "D1:3", (
+        ("D1", "2024-06-14", (
+            ("Our flight back from Lisbon was delayed five hours.", "That's long enough to claim compensation."),
+            ("I filled in the airline's claim form.", "Keep your boarding passes."),
+            ("They paid out 400 euros each!", "That's the full amount for that distance."),
+            ("My friend's claim was refused because of a storm.", "Bad weather counts as extraordinary."),
+            ("Can I claim for the meals at the airport too?", "Yes, with receipts."),
+        )),
+    )),
+    AnswerCase("party-venue", "place", "Where are we having Mia's birthday party?", "D1:3", (
+        ("D1", "2024-07-01", (
+            ("Mia turns seven next month and wants a big party.", "How many kids are coming?"),
+            ("Her whole class, about thirty.", "That's too many for a house."),
+            ("Booked the soft play centre on Mill Road for the Saturday.", "Kids love soft play."),
+            ("My friend did her son's party at home and regretted it.", "Thirty kids at home is a lot."),
+            ("What food should we do?", "Pizza and fruit, and a cake of course."),
+        )),
+    )),
+    AnswerCase("car-colour", "choice", "What colour did we go for on the new car?", "D1:3", (
+        ("D1", "2024-08-05", (
+            ("Ordering the new car this week, just the colour left to decide.", "What are the options?"),
+            ("Red, grey, or a dark blue.", "Grey hides dirt well."),
+            ("We went with the dark blue in the end.", "Classy choice."),
+            ("My brother's red car fades in the sun.", "Some reds fade faster than others."),
+            ("Should we get the paint protection?", "Often overpriced; a good wax does a lot."),
+        )),
+    )),
+    AnswerCase("moving-day", "when", "When are we moving into the new house?", "D1:3", (
+        ("D1", "2024-09-10", (
+            ("We've exchanged contracts on the house!", "Congratulations! When do you complete?"),
+            ("The solicitor is sorting out the date with the sellers.", "It's usually a week or two after exchange."),
+            ("Completion is the 27th, so that's moving day.", "Book the removal van soon."),
+            ("My friends moved house last month and it took three days.", "Moving always takes longer than planned."),
+            ("Should we hire packers?", "Worth it if you have a lot of fragile things."),
+        )),
+    )),
+    AnswerCase("lost-cat", "place", "Where did we find the cat?", "D1:3", (
+        ("D1", "2024-10-22", (
+            ("Our cat didn't come home last night.", "Oh no. Have you checked sheds and garages nearby?"),
+            ("We've knocked on doors and put up posters.", "Posting in local groups helps too."),
+            ("Found her! She was locked in the neighbour's garage.", "Thank goodness."),
+            ("My friend's cat disappeared for two weeks once.", "Cats can travel surprisingly far."),
+            ("Should we get her microchipped?", "Yes, it's quick and cheap."),
+        )),
+    )),
 ]
 
 
@@ -674,9 +764,9 @@ def test_the_cases_are_well_formed():
 
 
 #: Share of the cases whose answering round must be in the top 2. The goal is 0.9; without an LLM the
-#: retriever finds 48 of these 60 today. It misses answers in a later session than their subject,
-#: answers that are a person's name, and outcomes told in words the router's answer kinds do not
-#: know ("We've put Hillside first", "Which gym did I join?").
+#: retriever finds 56 of these 70 today. It misses answers in a later session than their subject,
+#: answers that are a person's name or a date, and outcomes asked or told in words the router's
+#: answer kinds do not know ("We've put Hillside first", "Which gym did I join?").
 FLOOR = 0.78
 
 
