@@ -718,6 +718,96 @@ CASES: List[AnswerCase] = [
             ("Should we get her microchipped?", "Yes, it's quick and cheap."),
         )),
     )),
+    AnswerCase("accountant", "person", "Who is doing our tax return this year?", "D1:3", (
+        ("D1", "2024-01-28", (
+            ("The tax deadline is this week and I haven't started.", "Are you doing it yourself or getting help?"),
+            ("Help, definitely. It's too complicated with the rental flat.", "An accountant is worth it for rental income."),
+            ("A friend recommended an accountant, Priya Shah, she's taking us on.", "Great, send her everything soon."),
+            ("Apparently half our street does their own taxes online.", "It's fine for simple returns."),
+            ("What records will she need?", "Rent received, expenses, and mortgage interest statements."),
+        )),
+    )),
+    AnswerCase("kettle", "price", "How much did the new kettle cost?", "D1:3", (
+        ("D1", "2024-02-12", (
+            ("The kettle finally died this morning.", "Time for a new one! Any preferences?"),
+            ("Something quiet, with a temperature setting for green tea.", "Variable temperature kettles are great for tea."),
+            ("Found a Bosch one on sale for 49.", "That's a good price for variable temperature."),
+            ("Funny, a colleague spent 150 on a designer kettle last year.", "Designer kettles are mostly about looks."),
+            ("How do I descale it?", "Boil a mix of water and white vinegar, then rinse well."),
+        )),
+    )),
+    AnswerCase("dress", "choice", "Which dress did I pick for the wedding?", "D1:3", (
+        ("D1", "2024-03-09", (
+            ("Shopping for a wedding guest dress, I've got two on hold.", "Ooh, tell me about them."),
+            ("A green satin midi and a floral wrap dress.", "Both sound lovely. What's the venue like?"),
+            ("I'm going with the green satin, it feels more special.", "Satin for a wedding is perfect."),
+            ("The bride's sister is wearing floral too, apparently.", "Good thing you chose the green!"),
+            ("What shoes would go with it?", "Gold or nude heels would work nicely."),
+        )),
+    )),
+    AnswerCase("passport-office", "place", "Where did I renew my passport?", "D1:3", (
+        ("D1", "2024-04-16", (
+            ("My passport expires in June and we fly in July.", "Renew it now, it can take weeks."),
+            ("The online service says ten weeks at the moment.", "There's a fast-track option in person."),
+            ("Did the fast track at the passport office in Peterborough, got it the same day.", "That's a relief."),
+            ("Our neighbours waited three months for theirs last summer.", "The summer rush is the worst."),
+            ("Should I get a passport cover?", "A cover stops the corners from bending."),
+        )),
+    )),
+    AnswerCase("dog-walker", "person", "Who walks our dog on weekdays?", "D1:3", (
+        ("D1", "2024-05-21", (
+            ("Back in the office full time from next week, worried about the dog.", "Could someone walk him at lunch?"),
+            ("We asked around the neighbourhood.", "Local dog walkers are often booked up."),
+            ("Sorted it: a student called Jonas walks him every weekday at noon.", "Perfect, he'll love the company."),
+            ("Some friends use doggy daycare but it's expensive.", "Daycare suits very social dogs."),
+            ("How long should a walk be?", "For his size, about an hour."),
+        )),
+    )),
+    AnswerCase("laptop-repair", "price", "What did the laptop repair come to?", "D1:3", (
+        ("D1", "2024-06-30", (
+            ("Spilled coffee on my laptop keyboard.", "Oh no! Did you turn it off straight away?"),
+            ("Yes, and dried it upside down, but some keys stick.", "A repair shop can replace the keyboard."),
+            ("The shop replaced the keyboard for 130.", "Not bad compared with a new laptop."),
+            ("A new laptop like mine is over 1000 now.", "Repair was definitely the right call."),
+            ("How do I avoid this next time?", "A keyboard cover, or keep drinks on a side table."),
+        )),
+    )),
+    AnswerCase("restaurant-choice", "choice", "Which restaurant did we book for our anniversary?", "D1:3", (
+        ("D1", "2024-07-18", (
+            ("Our tenth anniversary is coming up, need somewhere nice for dinner.", "Congratulations! Any cuisine in mind?"),
+            ("We love Japanese, or there's the French place by the river.", "Both would feel special."),
+            ("Booked Sakura for Saturday, the tasting menu.", "A tasting menu is perfect for an anniversary."),
+            ("The French place had terrible reviews recently anyway.", "Good that you avoided it."),
+            ("Should I get flowers too?", "Flowers and a card never go wrong."),
+        )),
+    )),
+    AnswerCase("keys-spare", "place", "Where did we hide the spare key?", "D1:3", (
+        ("D1", "2024-08-08", (
+            ("We keep getting locked out, need a spare key somewhere.", "A key safe or a trusted neighbour?"),
+            ("A key safe feels safer than a plant pot.", "Much safer, and you can change the code."),
+            ("Fitted the key safe behind the side gate, code is our old house number.", "Great, no more lockouts."),
+            ("The previous owners kept a key under the doormat!", "That's the first place burglars look."),
+            ("Should we tell the neighbours?", "Only the ones you trust."),
+        )),
+    )),
+    AnswerCase("course", "choice", "Which evening course did I sign up for?", "D1:3", (
+        ("D1", "2024-09-03", (
+            ("Want to do an evening course this autumn.", "Great idea! What are you interested in?"),
+            ("Pottery or Spanish, can't decide.", "Pottery is very relaxing after work."),
+            ("Signed up for pottery on Wednesdays at the college.", "You'll be making mugs by Christmas."),
+            ("A friend of mine did the Spanish course and loved it.", "Maybe next term then."),
+            ("What should I wear to pottery?", "Old clothes, clay gets everywhere."),
+        )),
+    )),
+    AnswerCase("vet-name", "person", "Who is our new vet?", "D1:2", (
+        ("D1", "2024-10-12", (
+            ("We registered the cats at the new vet practice today.", "How did you find them?"),
+            ("Lovely. Dr Hughes checked both cats and said they're healthy.", "Great news."),
+            ("The old vet practice closed down last month.", "That happens a lot lately."),
+            ("How often do cats need a check-up?", "Once a year, twice when they're older."),
+            ("Are vaccinations yearly?", "Boosters are usually yearly, yes."),
+        )),
+    )),
 ]
 
 
@@ -764,7 +854,7 @@ def test_the_cases_are_well_formed():
 
 
 #: Share of the cases whose answering round must be in the top 2. The goal is 0.9; without an LLM the
-#: retriever finds 56 of these 70 today. It misses answers in a later session than their subject,
+#: retriever finds 64 of these 80 today. It misses answers in a later session than their subject,
 #: answers that are a person's name or a date, and outcomes asked or told in words the router's
 #: answer kinds do not know ("We've put Hillside first", "Which gym did I join?").
 FLOOR = 0.78
