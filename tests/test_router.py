@@ -191,7 +191,7 @@ def test_speaker_names_must_be_text():
     ("What cake did I end up baking?", "an outcome"),
     ("Which car did Caroline buy in the end?", "an outcome"),
     ("Where is my grandmother originally from?", "where from or a place"),
-    ("Where did I find my passport?", "an outcome or a place"),  # "Got it!" or "in the blue suitcase"
+    ("Where did I find my passport?", "an outcome or a place"),  # "Got it!" or "in the flour jar"
     ("Where do I keep the spare key?", "a place"),
     ("What did we name the kitten?", ""),
     ("When is my half marathon?", ""),
