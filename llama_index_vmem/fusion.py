@@ -110,7 +110,7 @@ def carry_forward(fused: Sequence[Fused], links: Mapping[str, str], shares: Mapp
             carried = math.fsum((own[entry.id], share * own[before]))
             capped = entry.id not in passes and own[entry.id] <= own[before]
             entry.score = min(carried, own[before]) if capped else carried  # a tie ranks it after
-    return sorted(fused, key=lambda r: (-r.score, r.seq))
+    return best_first(fused)
 
 
 def best_before(fused: Sequence[Fused], links: Mapping[str, str], rounds: Iterable[str], reach: int) -> Dict[str, str]:
@@ -138,6 +138,11 @@ def add_ranking(fused: Sequence[Fused], name: str, ids: AbstractSet[str], kappa:
     for rank, entry in enumerate((e for e in fused if e.id in ids), start=1):
         entry.ranks[name] = rank
         entry.score = math.fsum((entry.score, 1.0 / (kappa + rank)))
+    return best_first(fused)
+
+
+def best_first(fused: Iterable[Fused]) -> List[Fused]:
+    """Entries by score, a tie to the earlier round: the order after a score is changed in place."""
     return sorted(fused, key=lambda r: (-r.score, r.seq))
 
 
