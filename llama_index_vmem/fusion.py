@@ -9,6 +9,7 @@ score of that round (``carry_forward``).
 from __future__ import annotations
 
 import math
+from itertools import takewhile
 from dataclasses import dataclass, field
 from typing import AbstractSet, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
@@ -113,23 +114,24 @@ def carry_forward(fused: Sequence[Fused], links: Mapping[str, str], shares: Mapp
     return best_first(fused)
 
 
+def walk_back(links: Mapping[str, str], rid: str, reach: int) -> List[str]:
+    """The up to ``reach`` rounds ``links`` lead back to from ``rid``, nearest first: the thread
+    behind it among the candidates. A walk ends at a round with no link."""
+    walked: List[str] = []
+    step = links.get(rid)
+    while step is not None and len(walked) < reach:
+        walked.append(step)
+        step = links.get(step)
+    return walked
+
+
 def best_before(fused: Sequence[Fused], links: Mapping[str, str], rounds: Iterable[str], reach: int) -> Dict[str, str]:
     """For each of ``rounds``, the candidate with the best fused score among the ``reach`` rounds
     ``links`` leads back to from it (the nearest, on a tie): the round of its thread that names the
     subject. "Half price, so 450." follows "We went with the green one. / Was it a good deal?", which
     follows "We're replacing the old sofa". A walk ends at a round that is no candidate."""
     own = {entry.id: entry.score for entry in fused}
-    found: Dict[str, str] = {}
-    for rid in rounds:
-        best = step = links[rid]
-        for _ in range(reach - 1):
-            step = links.get(step)
-            if step not in own:
-                break
-            if own[step] > own[best]:
-                best = step
-        found[rid] = best
-    return found
+    return {rid: max(takewhile(own.__contains__, walk_back(links, rid, reach)), key=own.__getitem__) for rid in rounds}
 
 
 def add_ranking(fused: Sequence[Fused], name: str, ids: AbstractSet[str], kappa: int) -> List[Fused]:

@@ -31,7 +31,7 @@ from . import neighbours, schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
 from .errors import VMemAnchorError, VMemAnchorWarning, VMemInputError
-from .fusion import (Fused, add_ranking, best_before, carry_forward, note_pool_units, rank_rounds, round_of, rrf, unit_of,
+from .fusion import (Fused, add_ranking, best_before, carry_forward, note_pool_units, rank_rounds, round_of, rrf, unit_of, walk_back,
                      units_covering)
 from .filters import read_filters
 from .models import as_llm
@@ -255,14 +255,20 @@ class VMemRetriever(BaseRetriever):
         one before it, or for a round holding what the question asks for, the best of the
         ``answer_reach`` before it), the share it carries (a photo round ``follow_up_weight``, an
         answer ``answer_weight``, the larger where it is both), the answers, which may pass the round
-        they carry from, and of them the rounds holding what the question asks for."""
+        they carry from, and of them the rounds holding what the question asks for.
+
+        A round answering the round before it does not carry where a later round of its thread holds
+        what the question asks for and it does not: "How much was the vet bill?" is not answered by
+        "A sprain, nothing broken." (after "What did the vet say?"), which would otherwise pass "The
+        bill was 95." two rounds on."""
         links = neighbours.rounds_after(payloads)
         text = {rid: payloads[rid].get(schema.TEXT, "") for rid in payloads}
-        answers = {rid for rid, before in links.items() if plan.answer_weight and plan.asks.search(text[before])}
-        holding = {rid for rid in links if plan.answer_kinds and (rid in answers or plan.continues.search(text[rid]))
-                   and any(kind.holds.search(text[rid]) for kind in plan.answer_kinds)}
+        replies = {rid for rid, before in links.items() if plan.answer_weight and plan.asks.search(text[before])}
+        holds = {rid for rid in links if any(kind.holds.search(text[rid]) for kind in plan.answer_kinds)}
+        holding = {rid for rid in holds if rid in replies or plan.continues.search(text[rid])}
+        passed = {r for rid in holding for r in walk_back(links, rid, plan.config.answer_reach)}
         links.update(best_before(fused, links, holding, plan.config.answer_reach))
-        answers |= holding
+        answers = (replies - (passed - holds)) | holding
         shares = {rid: max(plan.follow_up_weight if payloads[rid].get(schema.IMAGE_IDS) else 0.0,
                            plan.answer_weight if rid in answers else 0.0) for rid in links}
         return links, shares, answers, holding

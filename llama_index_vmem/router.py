@@ -24,6 +24,17 @@ _IMAGE_NOUNS = r"(?:images?|photos?|photographs?|pictures?|pics?|screenshots?|il
 _WORD = r"[^\W_]+"
 
 
+#: A turn or sentence opening with a bare name and a comma, a full stop or an exclamation mark
+#: ("Biscuit. He chose it."), where that word is not a reply's opener ("Yes,", "Funny,", "Booked.").
+_BARE_NAME = (r"(?!(?:yes|no|ok|okay|sure|right|well|so|then|now|oh|ah|ha|wow|hmm|phew|yep|yeah|nope|thanks|great|good"
+              r"|fine|cool|nice|lovely|perfect|brilliant|done|sorted|update|help|true|exactly|definitely|absolutely|actually"
+              r"|honestly|anyway|apparently|finally|funny|sadly|luckily|hi|hello|hey|\w+ed)\b)(?-i:[A-Z][a-z]+)[.,!]")
+#: A person's or a thing's name in a stored round: a capitalised word after a lower-case word or a
+#: comma (a title may come between: "a guy called Dev", "Mrs Okafor"), or a bare name opening a turn
+#: or a sentence ("A beagle mix. Biscuit, the kids decided.").
+_PROPER_NAME = rf"(?-i:[a-z,]\s+(?:(?:Mrs?|Ms|Dr)\.?\s+)?[A-Z][a-z]+)|(?:\A[^:\n]{{1,40}}:\s*|[.!]\s+){_BARE_NAME}"
+
+
 def _rx(pattern: str) -> Pattern[str]:
     return re.compile(pattern, re.IGNORECASE)
 
@@ -72,22 +83,27 @@ class KeywordRules:
     asks: Pattern[str] = _rx(r"\?[\s\"'”’)]*\Z")
     #: A stored round that carries on the thread of the round before it: its first turn opens with a
     #: word that leans on what was said ("Ok,", "Done", "It", "they", "Found them!", a verb with its
-    #: subject dropped, "Ordered ...") or it points back ("that one", "the second one", "in the end").
-    #: Matched against the round's text, which opens with its first speaker's name.
+    #: subject dropped, "Ordered ...", "The bill was ...", "A guy called Dev ...") or it points back
+    #: ("that one", "the second one", "in the end"). Matched against the round's text, which opens
+    #: with its first speaker's name.
     continues: Pattern[str] = _rx(
-        r"\A[^:\n]{1,40}:\s*(?:(?:ok(?:ay)?|right|done|yes|yep|yeah|so|well|then|sure|sorted|update|phew)\b"
+        r"\A[^:\n]{1,40}:\s*(?:(?:ok(?:ay)?|right|done|yes|yep|yeah|so|well|then|sure|sorted|update|phew|the)\b"
+        rf"|an?\s+\w+\s+(?:called|named)\b|[\d$£€]|{_BARE_NAME}"
         r"|\w+ed\b|(?:got|went|found|paid|bought|took|made)\b"
         r"|(?:[\w'-]+[\s,]+){0,2}?(?:it|it's|its|they|them|their|she|he|her|him|his|that|this|those|these|there)\b)"
         r"|\b(?:that|the\s+(?:first|second|third|last|other))\s+one\b|\bin\s+the\s+end\b"
     )
     #: What a question for words asks for, each that matches: a price, an outcome (a choice made, a
-    #: thing found), where someone or something is from, a place (``AnswerKind``).
+    #: thing found), where someone or something is from, a place, a person, a name, a time
+    #: (``AnswerKind``). A name or a person is held by a capitalised word inside a sentence ("a guy
+    #: called Dev") or one opening a turn before a comma, a full stop or a lower-case word ("Biscuit.",
+    #: "Priya Shah from the Leeds office").
     answer_kinds: Tuple[AnswerKind, ...] = (
         AnswerKind("a price", _rx(r"\bhow\s+much\b|\bcost\b|\bprice\b|\bpa(?:y|id)\b|\bcharge\b|\bspen[dt]\b"
-                                  r"|\bset\s+\w+\s+back\b|\bbill\b|\bfee\b|\bfare\b"),
-                   _rx(r"\d|[$£€]")),
+                                  r"|\bset\s+\w+\s+back\b|\bbill\b|\bfee\b|\bfare\b|\bc[oa]me\s+to\b"),
+                   _rx(r"\d|[$£€]|\b(?:hundred|thousand|grand|quid|bucks|free)\b")),
         AnswerKind("an outcome", _rx(r"\b(?:did|do|will)\s+(?:I|we)\s+(?:\w+\s+)?(?:choose|pick|buy|get|order|book|rent|decide"
-                                     r"|settle|find|leave|put|opt|sign\s+up|end\s+up|go\s+(?:with|for))\b"
+                                     r"|settle|join|switch\s+to|find|leave|put|opt|sign\s+up|end\s+up|go\s+(?:with|for))\b"
                                      r"|\bin\s+the\s+end\b|\bturn(?:ed)?\s+up\b"),
                    _rx(r"\b(?:went|gone|going|go)\s+(?:with|for)\b|\bI'?m\s+taking\b"
                        r"|\b(?:chose|picked|decided|ordered|booked|bought|settled|found|signed|got|opted|sorted)\b"
@@ -96,6 +112,12 @@ class KeywordRules:
         AnswerKind("where from", _rx(r"\bwhere\b.*\b(?:from|born)\b"), _rx(r"(?-i:\b(?:from|in)\s+[A-Z])")),
         AnswerKind("a place", _rx(r"\bwhere\b"),
                    _rx(r"(?-i:\b(?:in|at|on|under|inside|behind|near|by)\s+(?:the|a|my|our|his|her|[A-Z]))")),
+        AnswerKind("a person", _rx(r"\bwho(?:'s|m)?\b"), _rx(_PROPER_NAME)),
+        AnswerKind("a name", _rx(r"\bnam(?:e|ed|ing)\b|\bcall(?:ed)?\b"), _rx(_PROPER_NAME)),
+        AnswerKind("a time", _rx(r"\bwhen\b|\bwhat\s+(?:day|date|time)\b"),
+                   _rx(r"\b\d{1,2}(?:st|nd|rd|th)\b|\b(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|\b(?:tomorrow|tonight)\b"
+                       r"|\b(?:january|february|march|april|may|june|july|august|september|october|november|december)\b"
+                       r"|\bnext\s+(?:week|month)\b|\b\d{1,2}(?::\d\d)?\s*(?:am|pm)\b")),
     )
 
 

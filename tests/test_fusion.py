@@ -1,6 +1,6 @@
 """Round max per signal, RRF and the carry from the round before, on hand-computed cases."""
 
-from llama_index_vmem.fusion import add_ranking, best_before, carry_forward, rank_rounds, rrf
+from llama_index_vmem.fusion import add_ranking, best_before, carry_forward, rank_rounds, rrf, walk_back
 from llama_index_vmem.store.base import Hit
 
 
@@ -192,6 +192,13 @@ def test_a_round_carries_from_the_best_of_the_rounds_its_links_reach():
     assert best_before(fused, links, ["E"], 4) == {"E": "A"}
     assert best_before(fused, links, ["E", "C"], 1) == {"E": "D", "C": "B"}
     assert best_before(fused, {"E": "D", "D": "Z"}, ["E"], 3) == {"E": "D"}
+
+
+def test_a_walk_back_follows_the_links_nearest_first_up_to_its_reach():
+    links = {"B": "A", "C": "B", "D": "C"}
+    assert walk_back(links, "D", 2) == ["C", "B"]
+    assert walk_back(links, "D", 5) == ["C", "B", "A"], "it ends at a round with no link"
+    assert walk_back(links, "A", 3) == [] and walk_back(links, "D", 0) == []
 
 
 def test_one_more_ranking_adds_reciprocal_ranks_in_present_order():
