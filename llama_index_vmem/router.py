@@ -87,10 +87,10 @@ class KeywordRules:
     #: ("that one", "the second one", "in the end"). Matched against the round's text, which opens
     #: with its first speaker's name.
     continues: Pattern[str] = _rx(
-        r"\A[^:\n]{1,40}:\s*(?:(?:ok(?:ay)?|right|done|yes|yep|yeah|so|well|then|sure|sorted|update|phew|the)\b"
+        r"\A[^:\n]{1,40}:\s*(?:(?:ok(?:ay)?|right|done|yes|yep|yeah|so|well|then|sure|sorted|update|phew|finally|the)\b"
         rf"|an?\s+\w+\s+(?:called|named)\b|[\d$£€]|{_BARE_NAME}"
-        r"|\w+ed\b|(?:got|went|found|paid|bought|took|made)\b"
-        r"|(?:[\w'-]+[\s,]+){0,2}?(?:it|it's|its|they|them|their|she|he|her|him|his|that|this|those|these|there)\b)"
+        r"|(?:(?:I|we)(?:'ve|'d)?\s+)?(?:\w+ed|got|went|found|paid|bought|took|made)\b"
+        r"|(?:[\w'-]+[\s,.!:;]+){0,2}?(?:it|it's|its|they|them|their|she|he|her|him|his|that|this|those|these|there)\b)"
         r"|\b(?:that|the\s+(?:first|second|third|last|other))\s+one\b|\bin\s+the\s+end\b"
     )
     #: What a question for words asks for, each that matches: a price, an outcome (a choice made, a
@@ -102,7 +102,7 @@ class KeywordRules:
         AnswerKind("a price", _rx(r"\bhow\s+much\b|\bcost\b|\bprice\b|\bpa(?:y|id)\b|\bcharge\b|\bspen[dt]\b"
                                   r"|\bset\s+\w+\s+back\b|\bbill\b|\bfee\b|\bfare\b|\bc[oa]me\s+to\b"),
                    _rx(r"\d|[$£€]|\b(?:hundred|thousand|grand|quid|bucks|free)\b")),
-        AnswerKind("an outcome", _rx(r"\b(?:did|do|will)\s+(?:I|we)\s+(?:\w+\s+)?(?:choose|pick|buy|get|order|book|rent|decide"
+        AnswerKind("an outcome", _rx(r"\b(?:did|do|will)\s+(?:I|we)\s+(?:\w+\s+)?(?:choose|pick|buy|get|take|hire|order|book|rent|decide"
                                      r"|settle|join|switch\s+to|find|leave|put|opt|sign\s+up|end\s+up|go\s+(?:with|for))\b"
                                      r"|\bin\s+the\s+end\b|\bturn(?:ed)?\s+up\b"),
                    _rx(r"\b(?:went|gone|going|go)\s+(?:with|for)\b|\bI'?m\s+taking\b"

@@ -196,6 +196,7 @@ def test_speaker_names_must_be_text():
     ("What did the laptop repair come to?", "a price"),
     ("Which gym did I join?", "an outcome"),
     ("Which broadband provider did I switch to?", "an outcome"),
+    ("Which allotment plot did I take?", "an outcome"),
     ("Who's giving the eulogy at Grandad's funeral?", "a person"),
     ("What did we name the kitten?", "a name"),
     ("What's the robot vacuum called?", "a name"),
@@ -255,6 +256,9 @@ def test_a_stored_round_holds_the_kind_of_answer_its_words_give(kind, text, hold
     ("User: A guy called Dev came out and fixed it.", True),
     ("User: Gertrude. Maisie won the vote.", True),  # a bare value answers what was asked
     ("User: 14th of March! They rang her this morning.", True),
+    ("User: We've asked my cousin Rachel. She was his favourite.", True),  # what we did about it
+    ("User: Finally! They've booked, landing on the 3rd.", True),
+    ("User: Funny, the neighbours' girl has a hamster called Princess.", False),  # "Funny," is no name
     ("User: Launch day!\nAssistant: Wow.", False),  # a short first line may open a new subject
     ("Caroline: Yeah, I went there last week.", True),
     ("User: Sleep, honestly. I'm taking the second one.", True),
