@@ -59,11 +59,12 @@ def test_the_cases_are_well_formed():
 
 
 #: Share of each list whose answering round must be in the top 2. The goal is 0.9. Without an LLM the
-#: retriever finds 71 of the 80 cases written with the rules, and 52 of the 72 written without them.
-#: It misses answers in a later session than their subject, answers four rounds or more after it,
-#: and answers in words the router's answer kinds do not know ("We've put Hillside first", "Back
-#: room of the Mill Lane community centre").
-FLOORS = {"written with the rules": (CASES, 0.85), "written without them": (UNSEEN, 0.65)}
+#: retriever finds 71 of the 80 cases written with the rules, and 72 of the 96 written without them
+#: (20 of the 24 in the last set, scored once, with no change after). It misses answers in a later
+#: session than their subject, answers four rounds or more after it, and answers in words the
+#: router's answer kinds do not know ("We've put Hillside first", "Back room of the Mill Lane
+#: community centre").
+FLOORS = {"written with the rules": (CASES, 0.85), "written without them": (UNSEEN, 0.7)}
 
 
 @pytest.mark.parametrize("cases, floor", FLOORS.values(), ids=FLOORS.keys())
