@@ -35,6 +35,11 @@ _BARE_NAME = (r"(?!(?:yes|no|ok|okay|sure|right|well|so|then|now|oh|ah|ha|wow|hm
 _PROPER_NAME = rf"(?-i:[a-z,]\s+(?:(?:Mrs?|Ms|Dr)\.?\s+)?[A-Z][a-z]+)|(?:\A[^:\n]{{1,40}}:\s*|[.!]\s+){_BARE_NAME}"
 
 
+#: "Where" asking for a place: opening the question or a clause, or after a word of telling or
+#: remembering ("Do you remember where I put it?"); not after a noun ("any instance where Julian ...").
+_ASKS_WHERE = r"(?:\A|[.?!,;:]\s*|\b(?:and|so|but|me|know|remember|recall|say|said|wonder|forgot|forget)\s+)where\b"
+
+
 def _rx(pattern: str) -> Pattern[str]:
     return re.compile(pattern, re.IGNORECASE)
 
@@ -109,8 +114,8 @@ class KeywordRules:
                        r"|\b(?:chose|picked|decided|ordered|booked|bought|settled|found|signed|got|opted|sorted)\b"
                        r"|\b(?:that|the\s+(?:first|second|third|last|other|\w+))\s+ones?\b|\bin\s+the\s+end\b"
                        r"|\bit\s+is\b|\bwe'?ll\s+(?:do|go|take)\b")),
-        AnswerKind("where from", _rx(r"\bwhere\b.*\b(?:from|born)\b"), _rx(r"(?-i:\b(?:from|in)\s+[A-Z])")),
-        AnswerKind("a place", _rx(r"\bwhere\b"),
+        AnswerKind("where from", _rx(rf"{_ASKS_WHERE}.*\b(?:from|born)\b"), _rx(r"(?-i:\b(?:from|in)\s+[A-Z])")),
+        AnswerKind("a place", _rx(_ASKS_WHERE),
                    _rx(r"(?-i:\b(?:in|at|on|under|inside|behind|near|by)\s+(?:the|a|my|our|his|her|[A-Z]))")),
         AnswerKind("a person", _rx(r"\bwho(?:'s|m)?\b"), _rx(_PROPER_NAME)),
         AnswerKind("a name", _rx(r"\bnam(?:e|ed|ing)\b|\bcall(?:ed)?\b"), _rx(_PROPER_NAME)),

@@ -203,6 +203,8 @@ def test_speaker_names_must_be_text():
     ("When is my half marathon?", "a time"),
     ("What day are my parents arriving?", "a time"),
     ("Why did we cancel the trip?", ""),
+    ("Do you remember where I put my passport?", "a place"),
+    ("Is there any instance where Julian contradicts himself?", ""),  # "where" after a noun asks for no place
 ])
 def test_a_question_for_words_says_what_kinds_of_answer_it_asks_for(question, kinds):
     plan = ROUTER.route(VMemQueryBundle(question), CONFIG)
