@@ -9,8 +9,8 @@ score of that round (``carry_forward``).
 from __future__ import annotations
 
 import math
-from itertools import takewhile
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import AbstractSet, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
 from . import schema

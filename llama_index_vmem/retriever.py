@@ -31,8 +31,8 @@ from . import neighbours, schema
 from .anchors import EnrichedAnchorTransform, HypoCaptionTransform, caption_keywords
 from .config import VMemConfig
 from .errors import VMemAnchorError, VMemAnchorWarning, VMemInputError
-from .fusion import (Fused, add_ranking, best_before, carry_forward, note_pool_units, rank_rounds, round_of, rrf, unit_of, walk_back,
-                     units_covering)
+from .fusion import (Fused, add_ranking, best_before, carry_forward, note_pool_units, rank_rounds, round_of, rrf, unit_of,
+                     units_covering, walk_back)
 from .filters import read_filters
 from .models import as_llm
 from .router import HOLDS_ANSWER, Anchor, ModalityRouter, RoutePlan, Signal

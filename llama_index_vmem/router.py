@@ -25,10 +25,11 @@ _WORD = r"[^\W_]+"
 
 
 #: A turn or sentence opening with a bare name and a comma, a full stop or an exclamation mark
-#: ("Biscuit. He chose it."), where that word is not a reply's opener ("Yes,", "Funny,", "Booked.").
+#: ("Biscuit. He chose it."), where that word is not a reply's opener ("Yes,", "Funny,", "Booked."; "Ted."
+#: is a name).
 _BARE_NAME = (r"(?!(?:yes|no|ok|okay|sure|right|well|so|then|now|oh|ah|ha|wow|hmm|phew|yep|yeah|nope|thanks|great|good"
               r"|fine|cool|nice|lovely|perfect|brilliant|done|sorted|update|help|true|exactly|definitely|absolutely|actually"
-              r"|honestly|anyway|apparently|finally|funny|sadly|luckily|hi|hello|hey|\w+ed)\b)(?-i:[A-Z][a-z]+)[.,!]")
+              r"|honestly|anyway|apparently|finally|funny|sadly|luckily|hi|hello|hey|\w{3,}ed)\b)(?-i:[A-Z][a-z]+)[.,!]")
 #: A person's or a thing's name in a stored round: a capitalised word after a lower-case word or a
 #: comma (a title may come between: "a guy called Dev", "Mrs Okafor"), or a bare name opening a turn
 #: or a sentence ("A beagle mix. Biscuit, the kids decided.").
@@ -101,8 +102,8 @@ class KeywordRules:
     #: What a question for words asks for, each that matches: a price, an outcome (a choice made, a
     #: thing found), where someone or something is from, a place, a person, a name, a time
     #: (``AnswerKind``). A name or a person is held by a capitalised word inside a sentence ("a guy
-    #: called Dev") or one opening a turn before a comma, a full stop or a lower-case word ("Biscuit.",
-    #: "Priya Shah from the Leeds office").
+    #: called Dev", "Priya Shah from the Leeds office") or a bare one opening a turn or a sentence
+    #: ("Biscuit. He chose it.").
     answer_kinds: Tuple[AnswerKind, ...] = (
         AnswerKind("a price", _rx(r"\bhow\s+much\b|\bcost\b|\bprice\b|\bpa(?:y|id)\b|\bcharge\b|\bspen[dt]\b"
                                   r"|\bset\s+\w+\s+back\b|\bbill\b|\bfee\b|\bfare\b|\bc[oa]me\s+to\b"),

@@ -238,6 +238,8 @@ def test_only_a_question_for_words_with_the_answer_carry_on_asks_for_a_kind():
     ("a name", "User: Biscuit. He settled on it at breakfast.", True),
     ("a name", "User: A beagle mix. Biscuit, the kids decided.", True),
     ("a name", "User: Sorted! They chose one at last.", False),
+    ("a name", "User: Booked. Friday at six.", False),  # a reply's opener, not a name
+    ("a name", "User: Ted. He's our new neighbour.", True),
     ("a name", "User: They're obsessed and want to give it a name.", False),
     ("a time", "User: Booked it for the 14th of September, a 6am departure.", True),
     ("a time", "User: Friday, so that's when we get the keys.", True),
