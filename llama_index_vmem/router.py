@@ -95,7 +95,7 @@ class KeywordRules:
     continues: Pattern[str] = _rx(
         r"\A[^:\n]{1,40}:\s*(?:(?:ok(?:ay)?|right|done|yes|yep|yeah|so|well|then|sure|sorted|update|phew|finally|the)\b"
         rf"|an?\s+\w+\s+(?:called|named)\b|[\d$£€]|{_BARE_NAME}"
-        r"|(?:(?:I|we)(?:'ve|'d)?\s+)?(?:\w+ed|got|went|found|paid|bought|took|made)\b"
+        r"|(?:\w+ed|got|went|found|paid|bought|took|made)\b"
         r"|(?:[\w'-]+[\s,]+){0,2}?(?:it|it's|its|they|them|their|she|he|her|him|his|that|this|those|these|there)\b)"
         r"|\b(?:that|the\s+(?:first|second|third|last|other))\s+one\b|\bin\s+the\s+end\b"
     )

@@ -811,8 +811,8 @@ CASES: List[AnswerCase] = [
 ]
 
 
-UNSEEN: List[AnswerCase] = [
-    # ---- the first set ---------------------------------------------------------------------------
+#: The first set written without the rules.
+UNSEEN_1: List[AnswerCase] = [
     AnswerCase("tortoise-name", "name", "What did we end up naming the tortoise?", "D1:4", (
         ("D1", "2024-03-02", (
             ("Guess what, my son finally wore me down and we brought home a little tortoise from the rescue centre.",
@@ -1184,7 +1184,11 @@ UNSEEN: List[AnswerCase] = [
             ("We'll talk to her this weekend.", "Good idea. It's also worth naming a backup guardian."),
         )),
     )),
-    # ---- the second set --------------------------------------------------------------------------
+]
+
+
+#: The second.
+UNSEEN_2: List[AnswerCase] = [
     AnswerCase("name-sourdough-starter", "name", "What did we name the sourdough starter?", "D1:5", (
         ("D1", "2024-01-14", (
             ("I finally made a sourdough starter this weekend, just flour and water in a jar on the counter.",
@@ -1578,7 +1582,11 @@ UNSEEN: List[AnswerCase] = [
             ("They do, £27 a head with a glass of wine.", "Right in budget. Nice work."),
         )),
     )),
-    # ---- the third set ---------------------------------------------------------------------------
+]
+
+
+#: The third.
+UNSEEN_3: List[AnswerCase] = [
     AnswerCase("hamster-name", "name", "What did we call the hamster?", "D1:3", (
         ("D1", "2024-03-09", (
             ("Busy weekend, we went to the garden centre and the kids talked me into something.",
@@ -1980,7 +1988,11 @@ UNSEEN: List[AnswerCase] = [
             ("The base is solid marble so it's not going anywhere.", "Perfect, a heavy base is exactly what you want."),
         )),
     )),
-    # ---- the fourth set --------------------------------------------------------------------------
+]
+
+
+#: The fourth, scored once and left alone: no rule was changed with it in view.
+UNSEEN_4: List[AnswerCase] = [
     AnswerCase("budgie-name", "name", "What did we call our budgie?", "D1:4", (
         ("D1", "2024-03-09", (
             ("Morning! Which bird seed brands are decent for small birds?",
@@ -2356,3 +2368,20 @@ UNSEEN: List[AnswerCase] = [
         )),
     )),
 ]
+
+
+#: Every case written without the rules, set by set.
+UNSEEN_SETS: Tuple[List[AnswerCase], ...] = (UNSEEN_1, UNSEEN_2, UNSEEN_3, UNSEEN_4)
+UNSEEN: List[AnswerCase] = [case for cases in UNSEEN_SETS for case in cases]
+
+
+def round_dicts(case: AnswerCase) -> List[dict]:
+    """The case's rounds as ``VMemIndex.add_rounds`` takes them; a picture is given by its caption."""
+    rounds = []
+    for session_id, date, exchanges in case.sessions:
+        for user, assistant, *caption in exchanges:
+            round_ = {"user": user, "assistant": assistant, "session_id": session_id, "timestamp": date}
+            if caption:
+                round_["images"] = [{"image_id": f"{session_id}:IMG_{len(rounds) + 1}", "caption": caption[0]}]
+            rounds.append(round_)
+    return rounds

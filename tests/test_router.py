@@ -260,7 +260,7 @@ def test_a_stored_round_holds_the_kind_of_answer_its_words_give(kind, text, hold
     ("User: A guy called Dev came out and fixed it.", True),
     ("User: Gertrude. Maisie won the vote.", True),  # a bare value answers what was asked
     ("User: 14th of March! They rang her this morning.", True),
-    ("User: We've asked my cousin Rachel. She was his favourite.", True),  # what we did about it
+    ("User: We named the new puppy Biscuit.", False),  # what we did may open a new subject
     ("User: Finally! They've booked, landing on the 3rd.", True),
     ("User: Funny, the neighbours' girl has a hamster called Princess.", False),  # "Funny," is no name
     ("User: Launch day!\nAssistant: Wow.", False),  # a short first line may open a new subject
