@@ -532,6 +532,7 @@ index.close()
 """
 
 
+@pytest.mark.slow  # two fresh processes, each loading the encoders: 10 s
 def test_another_process_gets_the_same_ids_for_the_same_retrieval(tmp_path, minilm, tiny_siglip, photos):
     import json
     import subprocess
