@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import ImageNode
 from tqdm.auto import tqdm
 
 from llama_index_vmem import VMemIndex
@@ -29,7 +28,7 @@ from llama_index_vmem.config import VMemConfig
 from llama_index_vmem.encoders import default_text_embedding
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from answer_cases import CASES, UNSEEN_SETS, AnswerCase, round_dicts  # noqa: E402
+from answer_cases import CASES, UNSEEN_SETS, AnswerCase, round_dicts, round_keys  # noqa: E402
 
 #: The lists scored, by the column that names them.
 LISTS: Dict[str, List[AnswerCase]] = {
@@ -52,11 +51,11 @@ def sweep(field: str, values: Sequence[Any], lists: Dict[str, List[AnswerCase]],
         try:
             for case in tqdm(cases, desc="building", disable=not show_progress):
                 memories[case.name].add_rounds(round_dicts(case))
+            def found(case: AnswerCase, value: Any) -> bool:
+                return case.answer in round_keys(memories[case.name].as_retriever(k=2, **{field: value}).retrieve(case.question))
+
             for value in values:
-                def found(case: AnswerCase) -> bool:
-                    hits = memories[case.name].as_retriever(k=2, **{field: value}).retrieve(case.question)
-                    return case.answer in [h.node.metadata["round_key"] for h in hits if not isinstance(h.node, ImageNode)]
-                counts = [sum(found(case) for case in listed) for listed in lists.values()]
+                counts = [sum(found(case, value) for case in listed) for listed in lists.values()]
                 lines.append(f"| {json.dumps(value)} | " + " | ".join(map(str, counts)) + f" | {sum(counts)} |")
         finally:
             for index in memories.values():

@@ -9,7 +9,9 @@ subject ("Her name is Mochi." after "Here is my new cat!"), for tests/test_answe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import Any, List, Sequence, Tuple
+
+from llama_index.core.schema import ImageNode
 
 #: One exchange: (user, assistant) or (user, assistant, caption of a picture the user shared,
 #: given by caption only).
@@ -2788,3 +2790,8 @@ def round_dicts(case: AnswerCase) -> List[dict]:
                 round_["images"] = [{"image_id": f"{session_id}:IMG_{len(rounds) + 1}", "caption": caption[0]}]
             rounds.append(round_)
     return rounds
+
+
+def round_keys(hits: Sequence[Any]) -> List[str]:
+    """Round keys in the order returned; picture nodes, which follow their round, are skipped."""
+    return [hit.node.metadata["round_key"] for hit in hits if not isinstance(hit.node, ImageNode)]

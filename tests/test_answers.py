@@ -5,20 +5,14 @@ round that merely shares the question's words. Real MiniLM; hand-written convers
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict
 
 import pytest
-from answer_cases import CASES, UNSEEN, round_dicts
-from llama_index.core.schema import ImageNode
+from answer_cases import CASES, UNSEEN, round_dicts, round_keys
 
 from llama_index_vmem import VMemIndex
 
 ALL = CASES + UNSEEN
-
-
-def round_keys(hits) -> List[str]:
-    """Round keys in the order returned; picture nodes, which follow their round, are skipped."""
-    return [hit.node.metadata["round_key"] for hit in hits if not isinstance(hit.node, ImageNode)]
 
 
 @pytest.fixture(scope="module")
