@@ -264,7 +264,8 @@ class VMemRetriever(BaseRetriever):
         links = neighbours.rounds_after(payloads)
         text = {rid: payloads[rid].get(schema.TEXT, "") for rid in payloads}
         replies = {rid for rid, before in links.items() if plan.answer_weight and plan.asks.search(text[before])}
-        holds = {rid for rid in links if any(kind.holds.search(text[rid]) for kind in plan.answer_kinds)}
+        holds = {rid for rid in links if any(rid in replies if kind.holds is None else kind.holds.search(text[rid])
+                                             for kind in plan.answer_kinds)}
         holding = {rid for rid in holds if rid in replies or plan.continues.search(text[rid])}
         passed = {r for rid in holding for r in walk_back(links, rid, plan.config.answer_reach)}
         links.update(best_before(fused, links, holding, plan.config.answer_reach))

@@ -33,7 +33,7 @@ _BARE_NAME = (r"(?!(?:yes|no|ok|okay|sure|right|well|so|then|now|oh|ah|ha|wow|hm
 #: A person's or a thing's name in a stored round: a capitalised word after a lower-case word or a
 #: comma (a title may come between: "a guy called Dev", "Mrs Okafor"), or a bare name opening a turn
 #: or a sentence ("A beagle mix. Biscuit, the kids decided.").
-_PROPER_NAME = rf"(?-i:[a-z,]\s+(?:(?:Mrs?|Ms|Dr)\.?\s+)?[A-Z][a-z]+)|(?:\A[^:\n]{{1,40}}:\s*|[.!]\s+){_BARE_NAME}"
+_PROPER_NAME = rf"(?-i:[a-z,][^\S\n]+(?:(?:Mrs?|Ms|Dr)\.?\s+)?[A-Z][a-z]+)|(?:\A[^:\n]{{1,40}}:\s*|[.!]\s+){_BARE_NAME}"
 
 
 #: "Where" asking for a place: opening the question or a clause, or after a word of telling or
@@ -56,8 +56,10 @@ class AnswerKind:
     name: str
     #: Matched against the question.
     asks: Pattern[str]
-    #: Matched against a stored round's text.
-    holds: Pattern[str]
+    #: Matched against a stored round's text; None: a round holds it by replying to the round before
+    #: it (``KeywordRules.asks``), whatever its words. "What did I say when you asked how far I could
+    #: run?" is answered by "Just under three kilometres", which only its place in the thread marks.
+    holds: Optional[Pattern[str]]
 
 
 #: The ranking of the candidate rounds that hold what the question asks for, as a round's ranks name it.
@@ -100,10 +102,10 @@ class KeywordRules:
         r"|\b(?:that|the\s+(?:first|second|third|last|other))\s+one\b|\bin\s+the\s+end\b"
     )
     #: What a question for words asks for, each that matches: a price, an outcome (a choice made, a
-    #: thing found), where someone or something is from, a place, a person, a name, a time
-    #: (``AnswerKind``). A name or a person is held by a capitalised word inside a sentence ("a guy
-    #: called Dev", "Priya Shah from the Leeds office") or a bare one opening a turn or a sentence
-    #: ("Biscuit. He chose it.").
+    #: thing found), where someone or something is from, a place, a person, a name, a time, what the
+    #: user replied (``AnswerKind``). A name or a person is held by a capitalised word inside a line
+    #: ("a guy called Dev", "Priya Shah from the Leeds office"; not the speaker's name opening the
+    #: next turn) or a bare one opening a turn or a sentence ("Biscuit. He chose it.").
     answer_kinds: Tuple[AnswerKind, ...] = (
         AnswerKind("a price", _rx(r"\bhow\s+much\b|\bcost\b|\bprice\b|\bpa(?:y|id)\b|\bcharge\b|\bspen[dt]\b"
                                   r"|\bset\s+\w+\s+back\b|\bbill\b|\bfee\b|\bfare\b|\bc[oa]me\s+to\b"),
@@ -115,15 +117,16 @@ class KeywordRules:
                        r"|\b(?:chose|picked|decided|ordered|booked|bought|settled|found|signed|got|opted|sorted)\b"
                        r"|\b(?:that|the\s+(?:first|second|third|last|other|\w+))\s+ones?\b|\bin\s+the\s+end\b"
                        r"|\bit\s+is\b|\bwe'?ll\s+(?:do|go|take)\b")),
-        AnswerKind("where from", _rx(rf"{_ASKS_WHERE}.*\b(?:from|born)\b"), _rx(r"(?-i:\b(?:from|in)\s+[A-Z])")),
+        AnswerKind("where from", _rx(rf"{_ASKS_WHERE}.*\b(?:from|born)\b"), _rx(r"(?-i:\b(?:from|in)[^\S\n]+[A-Z])")),
         AnswerKind("a place", _rx(_ASKS_WHERE),
-                   _rx(r"(?-i:\b(?:in|at|on|under|inside|behind|near|by)\s+(?:the|a|my|our|his|her|[A-Z]))")),
+                   _rx(r"(?-i:\b(?:in|at|on|under|inside|behind|near|by)[^\S\n]+(?:the|a|my|our|his|her|[A-Z]))")),
         AnswerKind("a person", _rx(r"\bwho(?:'s|m)?\b"), _rx(_PROPER_NAME)),
         AnswerKind("a name", _rx(r"\bnam(?:e|ed|ing)\b|\bcall(?:ed)?\b"), _rx(_PROPER_NAME)),
         AnswerKind("a time", _rx(r"\bwhen\b|\bwhat\s+(?:day|date|time)\b"),
                    _rx(r"\b\d{1,2}(?:st|nd|rd|th)\b|\b(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|\b(?:tomorrow|tonight)\b"
                        r"|\b(?:january|february|march|april|may|june|july|august|september|october|november|december)\b"
                        r"|\bnext\s+(?:week|month)\b|\b\d{1,2}(?::\d\d)?\s*(?:am|pm)\b")),
+        AnswerKind("a reply", _rx(r"\b(?:did|do)\s+(?:I|we)\s+(?:\w+\s+)?(?:say|tell|answer|reply)\b|\byou\s+asked\b"), None),
     )
 
 

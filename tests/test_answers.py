@@ -42,12 +42,12 @@ def test_the_cases_are_well_formed():
 
 
 #: Share of each list whose answering round must be in the top 2. The goal is 0.9. Without an LLM the
-#: retriever finds 70 of the 80 cases written with the rules, and 84 of the 120 written without them
-#: (32 of the 48 in the last two sets, each scored once, with no change after). It misses answers in
-#: a later session than their subject, answers four rounds or more after it, and answers in words
-#: the router's answer kinds do not know ("We've put Hillside first", "Back room of the Mill Lane
-#: community centre").
-FLOORS = {"written with the rules": (CASES, 0.85), "written without them": (UNSEEN, 0.65)}
+#: retriever finds 70 of the 80 cases written with the rules, and 110 of the 168 written without them
+#: (the last two sets, scored once with no change after: 14 and 10 of 24). It misses answers in a
+#: later session than their subject, answers four rounds or more after it with a round about someone
+#: else's between ("Her friend Joan had hers done on the 2nd"), and answers in words the router's
+#: answer kinds do not know ("We've put Hillside first", "Back room of the Mill Lane community centre").
+FLOORS = {"written with the rules": (CASES, 0.85), "written without them": (UNSEEN, 0.62)}
 
 
 @pytest.mark.parametrize("cases, floor", FLOORS.values(), ids=FLOORS.keys())
@@ -74,6 +74,17 @@ def test_a_reply_gives_way_to_the_round_that_holds_what_is_asked(memories):
     assert by_key.get("D1:2", {}).get("follows") is None
     without = round_keys(index.as_retriever(k=3, answer_reach=0).retrieve(question))
     assert without[0] == "D1:2", f"without answer kinds the reply carries and leads: {without}"
+
+
+def test_a_question_for_what_the_user_said_is_answered_by_the_reply_to_the_assistants_question(memories):
+    """"What did I tell you was my reason for learning Italian?" asks for a reply: "Honestly, so I can
+    chat to Marco's nonna" answers "What made you pick Italian?", and only its place after that
+    question says so. Without answer kinds it is not in the top 2."""
+    index, question = memories["italian-reason"], "What did I tell you was my reason for learning Italian?"
+    hits = index.as_retriever(k=2).retrieve(question)
+    assert "D1:3" in round_keys(hits), round_keys(hits)
+    assert next(h for h in hits if h.node.metadata["round_key"] == "D1:3").node.metadata["vmem"]["ranks"]["holds_answer"] <= 2
+    assert "D1:3" not in round_keys(index.as_retriever(k=2, answer_reach=0).retrieve(question))
 
 
 def test_a_round_holding_the_price_asked_for_carries_from_the_round_naming_the_subject(memories):

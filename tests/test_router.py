@@ -205,6 +205,8 @@ def test_speaker_names_must_be_text():
     ("Why did we cancel the trip?", ""),
     ("Do you remember where I put my passport?", "a place"),
     ("Is there any instance where Julian contradicts himself?", ""),  # "where" after a noun asks for no place
+    ("What did I tell you was my reason for learning Italian?", "a reply"),
+    ("When you asked how far I could run, what did I say?", "a time or a reply"),
 ])
 def test_a_question_for_words_says_what_kinds_of_answer_it_asks_for(question, kinds):
     plan = ROUTER.route(VMemQueryBundle(question), CONFIG)
@@ -244,6 +246,10 @@ def test_only_a_question_for_words_with_the_answer_carry_on_asks_for_a_kind():
     ("a time", "User: Booked it for the 14th of September, a 6am departure.", True),
     ("a time", "User: Friday, so that's when we get the keys.", True),
     ("a time", "User: Not yet, they said they'd ring within a few weeks.", False),
+    # a speaker's label after a line with no full stop is no name, and no place follows a line's last word
+    ("a name", "User: we brought ours home yesterday\nAssistant: Congratulations! Have you settled on a name yet?", False),
+    ("a person", "User: I'll ask around at work\nAssistant: Good idea.", False),
+    ("a place", "User: the kettle keeps tripping it when I switch it on\nAssistant: Stop using it.", False),
 ])
 def test_a_stored_round_holds_the_kind_of_answer_its_words_give(kind, text, holds):
     rule = next(k for k in KeywordRules().answer_kinds if k.name == kind)
