@@ -4,7 +4,8 @@ Every "within W rounds" of V-Mem walks these links: context assembly (a match an
 the text->image filter (rounds next to an image), the images a round without one borrows, and the
 score a photo round or an answer carries from the round before it. The links, not ``seq``, decide: ``forget``
 keeps them joined across the gap it leaves, and a round of another session is another day's
-conversation, not a continuation of the topic.
+conversation, not a continuation of the topic. The one exception is an answer that opens its session
+(``sessions_before``): news brought back to an earlier talk.
 
 The walk reads round payloads (a round's metadata is its payload) and builds no nodes: the filter
 walks out from every image round of a memory on each text->image question.
@@ -55,6 +56,20 @@ def rounds_after(found: Mapping[str, Mapping[str, Any]]) -> Dict[str, str]:
     """Each of these rounds (payloads by id) whose linked previous round is among them too, in the same
     session, mapped to that round: the links ``fusion.carry_forward`` moves scores along."""
     return {rid: prev_id(p) for rid, p in found.items() if prev_id(p) in found and same_session(found[prev_id(p)], p)}
+
+
+def sessions_before(found: Mapping[str, Mapping[str, Any]]) -> Dict[str, List[str]]:
+    """Each of these rounds (payloads by id) that opens its session, mapped to those among them of the
+    session held last before it: where news brought back another day ("Rang them. Wednesday the
+    30th.") picks up an earlier talk. A round with no earlier session among them is left out."""
+    seq = {rid: p.get(schema.SEQ, 0) for rid, p in found.items()}
+    out: Dict[str, List[str]] = {}
+    for rid, p in found.items():
+        earlier = [other for other in found if seq[other] < seq[rid] and not same_session(found[other], p)]
+        if prev_id(p) is None and earlier:
+            last = found[max(earlier, key=seq.__getitem__)]
+            out[rid] = [other for other in earlier if same_session(found[other], last)]
+    return out
 
 
 def prev_id(round_metadata: Mapping[str, Any]) -> Optional[str]:

@@ -260,15 +260,22 @@ class VMemRetriever(BaseRetriever):
         A round answering the round before it does not carry where a later round of its thread holds
         what the question asks for and it does not: "How much was the vet bill?" is not answered by
         "A sprain, nothing broken." (after "What did the vet say?"), which would otherwise pass "The
-        bill was 95." two rounds on."""
+        bill was 95." two rounds on.
+
+        A round opening its session carries on the session before it, where it holds what is asked:
+        "Rang them. Earliest was Wednesday the 30th." brings back the news the last talk waited for.
+        It carries from the best candidate of that session."""
         links = neighbours.rounds_after(payloads)
+        openers = neighbours.sessions_before(payloads)
         text = {rid: payloads[rid].get(schema.TEXT, "") for rid in payloads}
         replies = {rid for rid, before in links.items() if plan.answer_weight and plan.asks.search(text[before])}
-        holds = {rid for rid in links if any(rid in replies if kind.holds is None else kind.holds.search(text[rid])
-                                             for kind in plan.answer_kinds)}
+        holds = {rid for rid in links.keys() | openers.keys()
+                 if any(rid in replies if kind.holds is None else kind.holds.search(text[rid]) for kind in plan.answer_kinds)}
         holding = {rid for rid in holds if rid in replies or plan.continues.search(text[rid])}
         passed = {r for rid in holding for r in walk_back(links, rid, plan.config.answer_reach)}
-        links.update(best_before(fused, links, holding, plan.config.answer_reach))
+        own = {entry.id: entry.score for entry in fused}
+        links.update({rid: max(openers[rid], key=own.__getitem__) for rid in holding & openers.keys()})
+        links.update(best_before(fused, links, holding - openers.keys(), plan.config.answer_reach))
         answers = (replies - (passed - holds)) | holding
         shares = {rid: max(plan.follow_up_weight if payloads[rid].get(schema.IMAGE_IDS) else 0.0,
                            plan.answer_weight if rid in answers else 0.0) for rid in links}

@@ -122,7 +122,8 @@ class KeywordRules:
                    _rx(r"(?-i:\b(?:in|at|on|under|inside|behind|near|by)[^\S\n]+(?:the|a|my|our|his|her|[A-Z]))")),
         AnswerKind("a person", _rx(r"\bwho(?:'s|m)?\b"), _rx(_PROPER_NAME)),
         AnswerKind("a name", _rx(r"\bnam(?:e|ed|ing)\b|\bcall(?:ed)?\b"), _rx(_PROPER_NAME)),
-        AnswerKind("a time", _rx(r"\bwhen\b|\bwhat\s+(?:day|date|time)\b"),
+        AnswerKind("a time", _rx(r"\bwhen\b(?!\s+(?:you|I|we|he|she|they)\s+(?:asked|said|told|mentioned)\b)"  # not "when you asked"
+                                 r"|\bwhat\s+(?:day|date|time)\b"),
                    _rx(r"\b\d{1,2}(?:st|nd|rd|th)\b|\b(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|\b(?:tomorrow|tonight)\b"
                        r"|\b(?:january|february|march|april|may|june|july|august|september|october|november|december)\b"
                        r"|\bnext\s+(?:week|month)\b|\b\d{1,2}(?::\d\d)?\s*(?:am|pm)\b")),

@@ -42,12 +42,12 @@ def test_the_cases_are_well_formed():
 
 
 #: Share of each list whose answering round must be in the top 2. The goal is 0.9. Without an LLM the
-#: retriever finds 70 of the 80 cases written with the rules, and 110 of the 168 written without them
-#: (the last two sets, scored once with no change after: 14 and 10 of 24). It misses answers in a
+#: retriever finds 70 of the 80 cases written with the rules, and 168 of the 264 written without them
+#: (the last two sets, scored once with no change after: 12 and 14 of 24). It misses answers in a
 #: later session than their subject, answers four rounds or more after it with a round about someone
 #: else's between ("Her friend Joan had hers done on the 2nd"), and answers in words the router's
 #: answer kinds do not know ("We've put Hillside first", "Back room of the Mill Lane community centre").
-FLOORS = {"written with the rules": (CASES, 0.85), "written without them": (UNSEEN, 0.62)}
+FLOORS = {"written with the rules": (CASES, 0.85), "written without them": (UNSEEN, 0.6)}
 
 
 @pytest.mark.parametrize("cases, floor", FLOORS.values(), ids=FLOORS.keys())
@@ -85,6 +85,18 @@ def test_a_question_for_what_the_user_said_is_answered_by_the_reply_to_the_assis
     assert "D1:3" in round_keys(hits), round_keys(hits)
     assert next(h for h in hits if h.node.metadata["round_key"] == "D1:3").node.metadata["vmem"]["ranks"]["holds_answer"] <= 2
     assert "D1:3" not in round_keys(index.as_retriever(k=2, answer_reach=0).retrieve(question))
+
+
+def test_news_opening_a_later_session_carries_from_the_session_before(memories):
+    """"Rang them. Earliest was Wednesday the 30th at 8:40" opens a session of its own, a day after
+    "I'm pretty sure a filling has cracked": no link leads back, yet it answers "When is my dentist
+    appointment?". It holds a time and opens carrying on ("them"), so it carries from the best round
+    of the session before. Without answer kinds it trails that round."""
+    index, question = memories["cracked-filling-dentist"], "When is my dentist appointment?"
+    hits = index.as_retriever(k=2).retrieve(question)
+    assert round_keys(hits)[0] == "D2:1", round_keys(hits)
+    assert hits[0].node.metadata["vmem"]["follows"].startswith("D1:")
+    assert round_keys(index.as_retriever(k=1, answer_reach=0).retrieve(question)) != ["D2:1"]
 
 
 def test_a_round_holding_the_price_asked_for_carries_from_the_round_naming_the_subject(memories):

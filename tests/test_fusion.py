@@ -1,6 +1,8 @@
 """Round max per signal, RRF and the carry from the round before, on hand-computed cases."""
 
+from llama_index_vmem import schema
 from llama_index_vmem.fusion import add_ranking, best_before, carry_forward, rank_rounds, rrf, walk_back
+from llama_index_vmem.neighbours import sessions_before
 from llama_index_vmem.store.base import Hit
 
 
@@ -199,6 +201,17 @@ def test_a_walk_back_follows_the_links_nearest_first_up_to_its_reach():
     assert walk_back(links, "D", 2) == ["C", "B"]
     assert walk_back(links, "D", 5) == ["C", "B", "A"], "it ends at a round with no link"
     assert walk_back(links, "A", 3) == [] and walk_back(links, "D", 0) == []
+
+
+def test_a_round_opening_its_session_looks_back_to_the_session_held_last_before_it():
+    def round_(session: str, seq: int, prev: str | None = None) -> dict:
+        return {schema.SESSION_ID: session, schema.SEQ: seq, schema.PREV_ROUND_ID: prev}
+
+    found = {"A1": round_("A", 1), "A2": round_("A", 2, "A1"), "B1": round_("B", 3), "B2": round_("B", 4, "B1"),
+             "C1": round_("C", 9)}
+    assert sessions_before(found) == {"B1": ["A1", "A2"], "C1": ["B1", "B2"]}
+    assert sessions_before({k: found[k] for k in ("A2", "C1")}) == {"C1": ["A2"]}, "the last session among the candidates"
+    assert sessions_before({k: found[k] for k in ("A1", "A2", "B2")}) == {}, "B2 follows a round of its own session"
 
 
 def test_one_more_ranking_adds_reciprocal_ranks_in_present_order():

@@ -206,7 +206,9 @@ def test_speaker_names_must_be_text():
     ("Do you remember where I put my passport?", "a place"),
     ("Is there any instance where Julian contradicts himself?", ""),  # "where" after a noun asks for no place
     ("What did I tell you was my reason for learning Italian?", "a reply"),
-    ("When you asked how far I could run, what did I say?", "a time or a reply"),
+    ("When you asked how far I could run, what did I say?", "a reply"),  # "when" opens a clause, not a question
+    ("When's my eye test?", "a time"),
+    ("Can you remind me when the plumber is coming?", "a time"),
 ])
 def test_a_question_for_words_says_what_kinds_of_answer_it_asks_for(question, kinds):
     plan = ROUTER.route(VMemQueryBundle(question), CONFIG)
