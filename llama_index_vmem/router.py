@@ -31,8 +31,8 @@ _BARE_NAME = (r"(?!(?:yes|no|ok|okay|sure|right|well|so|then|now|oh|ah|ha|wow|hm
               r"|fine|cool|nice|lovely|perfect|brilliant|done|sorted|update|help|true|exactly|definitely|absolutely|actually"
               r"|honestly|anyway|apparently|finally|funny|sadly|luckily|hi|hello|hey|\w{3,}ed)\b)(?-i:[A-Z][a-z]+)[.,!]")
 #: A person's or a thing's name in a stored round: a capitalised word after a lower-case word or a
-#: comma (a title may come between: "a guy called Dev", "Mrs Okafor"), or a bare name opening a turn
-#: or a sentence ("A beagle mix. Biscuit, the kids decided.").
+#: comma on its line (a title may come between: "a guy called Dev", "Mrs Okafor"; the next speaker's
+#: label is no name), or a bare name opening a turn or a sentence ("A beagle mix. Biscuit, the kids decided.").
 _PROPER_NAME = rf"(?-i:[a-z,][^\S\n]+(?:(?:Mrs?|Ms|Dr)\.?\s+)?[A-Z][a-z]+)|(?:\A[^:\n]{{1,40}}:\s*|[.!]\s+){_BARE_NAME}"
 
 

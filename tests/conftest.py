@@ -43,6 +43,7 @@ def _ram_disk() -> str | None:
 if not os.environ.get("TMPDIR"):  # a folder the runner chose wins
     tempfile.tempdir = _ram_disk()
 
+
 @contextlib.contextmanager
 def image_server(body: bytes, before_reply: Callable[[], None] = lambda: None) -> Iterator[Tuple[str, List[str]]]:
     """A loopback HTTP server answering every GET with ``body`` once ``before_reply()`` returns;
